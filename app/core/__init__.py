@@ -1,0 +1,1 @@
+"""Qt-free core: sources, samples, history, collector. Importable headless."""

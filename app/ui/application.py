@@ -1,0 +1,111 @@
+"""Wiring: QApplication, sampler thread, history and main window.
+
+``--screenshot FILE`` builds the same window on the offscreen platform, lets the
+sampler run for ``--after`` seconds and saves a PNG: a way to look at the real
+window on a machine with no display (CI, SSH).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from app import APP_NAME, __version__
+
+RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
+
+
+def app_icon():  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QIcon
+
+    icon = QIcon()
+    for size in (16, 24, 32, 48, 64, 128, 256):
+        png = RESOURCES / "icons" / f"vram-steward-{size}.png"
+        if png.exists():
+            icon.addFile(str(png))
+    svg = RESOURCES / "icons" / "vram-steward.svg"
+    if icon.isNull() and svg.exists():
+        icon.addFile(str(svg))
+    return icon
+
+
+def _source_factory(demo: bool, seed: int):  # type: ignore[no-untyped-def]
+    if demo:
+        from app.core.demo_source import DemoSource
+
+        return lambda: DemoSource(seed=seed)
+    from app.core.nvml_source import NvmlSource
+
+    return NvmlSource
+
+
+def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None = None,
+            after_s: float = 2.0, seed: int = 7) -> int:
+    started = time.perf_counter()
+    if screenshot:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.core.history import History, HistoryConfig
+    from app.ui.main_window import MainWindow
+    from app.ui.sampler import Sampler, clamp_period
+
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    qt_app.setApplicationName(APP_NAME)
+    qt_app.setApplicationVersion(__version__)
+    qt_app.setOrganizationName("vram-steward")
+    qt_app.setDesktopFileName("vram-steward")
+    qt_app.setWindowIcon(app_icon())
+
+    period_s = clamp_period(period_s)
+    history = History(HistoryConfig(period_s=period_s))
+    window = MainWindow(history)
+    sampler = Sampler(_source_factory(demo, seed), period_s)
+    window.set_sample_period(period_s)
+    sampler.snapshot_ready.connect(window.on_snapshot)
+    window.demo_requested.connect(lambda: sampler.switch_source(_source_factory(True, seed)))
+    window.retry_requested.connect(sampler.retry)
+    qt_app.aboutToQuit.connect(sampler.stop)
+
+    if screenshot:
+        return _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
+    window.show()
+    sampler.start()
+    return qt_app.exec()
+
+
+def _screenshot(qt_app, window, sampler, path: Path, after_s: float,  # type: ignore[no-untyped-def]
+                started: float) -> int:
+    from PySide6.QtCore import QTimer
+
+    result = {"rc": 1}
+    window.show()
+    sampler.start()
+
+    def first_frame() -> None:
+        # Time to the first drawn frame with real data, for the start-up benchmark.
+        if os.environ.get("VRAM_STEWARD_REPORT_FIRST_FRAME"):
+            print(f"first-frame {time.perf_counter() - started:.3f}", file=sys.stderr, flush=True)
+
+    def on_first(_snapshot: object) -> None:
+        sampler.snapshot_ready.disconnect(on_first)
+        QTimer.singleShot(0, lambda: (window.refresh(), window.grab(), first_frame()))
+
+    sampler.snapshot_ready.connect(on_first)
+
+    def save() -> None:
+        window.refresh()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ok = window.grab().save(str(path))
+        result["rc"] = 0 if ok else 1
+        if not ok:
+            print(f"could not write {path}", file=sys.stderr)
+        qt_app.quit()
+
+    QTimer.singleShot(int(max(0.0, after_s) * 1000), save)
+    qt_app.exec()
+    sampler.stop()
+    return result["rc"]

@@ -1,0 +1,43 @@
+"""Resident memory of the GUI with 8 GPUs x 64 processes x 1 h of history at 4 Hz.
+
+Builds the real main window, fills the real history, draws a few frames and
+reports the process RSS (psutil).  Also prints the history's stated bound.
+Target: <= 150 MB.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+from benchmarks._scenario import PERIOD_S, filled_history
+
+
+def main() -> None:
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.main_window import MainWindow
+
+    proc = psutil.Process()
+    app = QApplication.instance() or QApplication([])
+    base_mb = proc.memory_info().rss / 1e6
+    history, collector, clock, snapshot, _ = filled_history()
+    window = MainWindow(history, span_s=3600.0)
+    window.display_timer.stop()
+    window.resize(1600, 1000)
+    window.show()
+    for span in (60.0, 600.0, 3600.0):
+        window.set_span(span)
+        clock[0] += PERIOD_S
+        window.on_snapshot(collector.collect())
+        window.refresh()
+        window.grab()
+        app.processEvents()
+    rss_mb = proc.memory_info().rss / 1e6
+    print("GUI RSS, 8 GPUs x 64 processes x 1 h at 4 Hz:")
+    print(f"  {rss_mb:.0f} MB resident (Qt + libraries before history: {base_mb:.0f} MB); "
+          f"history bound for {len(history.gpus)} GPUs: {history.bound_bytes() / 2**20:.0f} MiB "
+          f"(target <= 150 MB)")
+
+
+if __name__ == "__main__":
+    main()
