@@ -11,7 +11,7 @@ import logging
 import time
 
 from app.core.host_processes import HostProcessReader
-from app.core.samples import Snapshot
+from app.core.samples import GpuSample, Snapshot
 from app.core.source import GpuSource, SourceUnavailable
 
 log = logging.getLogger(__name__)
@@ -55,17 +55,30 @@ class Collector:
             return self._fail(f"{type(exc).__name__}: {exc}", started)
         self._failed_at = None
         if self._host is not None and self.source.wants_host_details:
-            live: set[int] = set()
-            enriched = []
-            for gpu in gpus:
-                if gpu.processes:
-                    live.update(p.pid for p in gpu.processes)
-                    gpu = dataclasses.replace(gpu, processes=tuple(self._host.enrich(gpu.processes)))
-                enriched.append(gpu)
-            self._host.prune(live)
-            gpus = tuple(enriched)
+            gpus = self._enrich(self._host, gpus)
         return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
                         gpus, None, time.perf_counter() - started)
+
+    @staticmethod
+    def _enrich(host: HostProcessReader, gpus: tuple[GpuSample, ...]) -> tuple[GpuSample, ...]:
+        """Join host details to each GPU's processes.  A failure here (an
+        unexpected psutil error) leaves that GPU's processes as the source
+        reported them, host fields unknown, rather than losing the tick."""
+        live: set[int] = set()
+        enriched = []
+        for gpu in gpus:
+            if gpu.processes:
+                live.update(p.pid for p in gpu.processes)
+                try:
+                    gpu = dataclasses.replace(gpu, processes=tuple(host.enrich(gpu.processes)))
+                except Exception:
+                    log.exception("reading host details of GPU processes failed")
+            enriched.append(gpu)
+        try:
+            host.prune(live)
+        except Exception:
+            log.exception("pruning host process cache failed")
+        return tuple(enriched)
 
     def _fail(self, reason: str, started: float) -> Snapshot:
         if self._opened:

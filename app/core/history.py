@@ -15,10 +15,10 @@ needed and it is the longest-gone one.  Arrays are allocated with ``np.empty``
 and filled as time passes (a row's slots from before it was claimed are masked
 on read, not cleared), so resident memory grows to the bound, never past it.
 
-Memory bound, per GPU: ``(fine + coarse slots) * (8 + 8 + 4)`` bytes for the
-device series plus ``(fine + coarse slots) * 4`` bytes per process row, at most
-``max_process_rows`` rows.  With the defaults (250 ms, 1 h, 24 h at 5 s,
-128 rows) that is 0.6 MiB + 128 * 124 KiB ≈ 16 MiB per GPU.
+Memory bound, per GPU: ``(fine + coarse slots) * (8 + 8 + 4 + 8)`` bytes for
+the device series and slot serials plus ``(fine + coarse slots) * 4 + 16`` bytes
+per process row, at most ``max_process_rows`` rows.  With the defaults (250 ms,
+1 h, 24 h at 5 s, 128 rows) that is 0.85 MiB + 128 * 124 KiB ≈ 16.3 MiB per GPU.
 
 Values are float32 bytes for processes (±5 KB precision at 80 GiB: plenty for a
 graph; exact figures come from the latest sample) and float64 for the device.
@@ -53,8 +53,10 @@ class HistoryConfig:
         return max(2, math.ceil(self.coarse_span_s / self.coarse_step_s))
 
     def bound_bytes_per_gpu(self) -> int:
+        # Per ring slot: time f8 + used f8 + util f4 + serial i8; per process
+        # row: one f4 per slot plus its i8 ``row_since`` in each of the 2 rings.
         slots = self.fine_slots + self.coarse_slots
-        return slots * (8 + 8 + 4) + self.max_process_rows * slots * 4
+        return slots * (8 + 8 + 4 + 8) + self.max_process_rows * (slots * 4 + 2 * 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,7 @@ class GpuHistory:
         self.memory_total: int | None = None
 
     # -- rows -----------------------------------------------------------------
-    def _row_for(self, key: ProcessKey, now: float) -> int | None:
+    def _row_for(self, key: ProcessKey, now: float, live: set[ProcessKey]) -> int | None:
         row = self.row_of.get(key)
         if row is not None:
             return row
@@ -170,7 +172,7 @@ class GpuHistory:
             self.fine.ensure_rows(self._next_row)
             self.coarse.ensure_rows(self._next_row)
         else:
-            row = self._evict_longest_gone(now)
+            row = self._evict_longest_gone(now, live)
             if row is None:
                 return None  # every row holds a live process: drop the newcomer's history
         self.fine.claim_row(row)
@@ -178,11 +180,14 @@ class GpuHistory:
         self.row_of[key] = row
         return row
 
-    def _evict_longest_gone(self, now: float) -> int | None:
-        gone = [(seen, key) for key, seen in self.last_seen.items() if seen < now]
+    def _evict_longest_gone(self, now: float, live: set[ProcessKey]) -> int | None:
+        # ``live``: every process of the sample being added, including those
+        # not yet processed (their ``last_seen`` is still the previous tick's).
+        gone = [(seen, key) for key, seen in self.last_seen.items()
+                if seen < now and key not in live]
         if not gone:
             return None
-        _, key = min(gone)
+        _, key = min(gone, key=lambda item: item[0])
         return self._release(key)
 
     def _release(self, key: ProcessKey) -> int:
@@ -200,9 +205,10 @@ class GpuHistory:
     def add(self, gpu: GpuSample, now: float) -> None:
         self.memory_total = gpu.memory_total
         values = np.full(self._next_row, np.nan, dtype=np.float32) if self._next_row else None
+        live = {proc.key for proc in gpu.processes}
         for proc in gpu.processes:
             key = proc.key
-            row = self._row_for(key, now)
+            row = self._row_for(key, now, live)
             if row is None:
                 continue
             if values is None or row >= values.shape[0]:
@@ -249,7 +255,10 @@ class GpuHistory:
     # -- reading --------------------------------------------------------------
     def view(self, span_s: float) -> SeriesView:
         """The last ``span_s`` seconds, from the fine ring when it covers them."""
-        ring = self.fine if span_s <= self.config.fine_span_s else self.coarse
+        # The fine ring also serves long spans until it has wrapped once: it then
+        # still holds everything, at full resolution.
+        fine_has_all = self.fine.count < self.fine.slots
+        ring = self.fine if span_s <= self.config.fine_span_s or fine_has_all else self.coarse
         newest = ring.newest_time()
         if newest is None:
             empty = np.empty(0)

@@ -56,6 +56,11 @@ class HostProcessReader:
         pid = sample.pid
         entry = self._entries.get(pid)
         try:
+            if entry is not None and self._reused(entry, pid):
+                # pid reuse: a new process behind a known pid gets fresh static
+                # fields (and a fresh CPU % baseline).
+                del self._entries[pid]
+                entry = None
             if entry is None:
                 entry = self._open(pid)
             with entry.proc.oneshot():  # type: ignore[attr-defined]
@@ -64,19 +69,20 @@ class HostProcessReader:
             if entry.fresh:
                 entry.fresh = False
                 cpu = None  # unknown until the next tick, not 0
-            # pid reuse: a new process behind a known pid gets fresh static fields.
-            if entry.create_time is not None:
-                current = _maybe(entry.proc.create_time, ps)  # type: ignore[attr-defined]
-                if current is not None and abs(current - entry.create_time) > 0.01:
-                    entry = self._open(pid)
-                    return self._enrich_one(sample)
         except ps.NoSuchProcess:
-            self._entries.pop(pid, None)
-            status = HostStatus.EXITED if pid in self._known_pids else HostStatus.NOT_VISIBLE
-            return sample._replace(host_status=status)
+            gone = self._entries.pop(pid, None)
+            if pid not in self._known_pids:
+                return sample._replace(host_status=HostStatus.NOT_VISIBLE)
+            if gone is None:
+                return sample._replace(host_status=HostStatus.EXITED)
+            # Keep what we knew: "python train.py (exited)" beats a blank row.
+            return sample._replace(name=gone.name, user=gone.user, command=gone.command,
+                                   create_time=gone.create_time, host_status=HostStatus.EXITED)
         except ps.AccessDenied:
+            if entry is None:  # not even a handle on the process
+                return sample._replace(host_status=HostStatus.ACCESS_DENIED)
             cpu = mem = None
-            entry.denied = True  # type: ignore[union-attr]
+            entry.denied = True
         denied = entry.denied or mem is None
         return sample._replace(
             name=entry.name, user=entry.user, command=entry.command,
@@ -84,6 +90,16 @@ class HostProcessReader:
             host_rss=None if mem is None else mem.rss,
             create_time=entry.create_time,
             host_status=HostStatus.ACCESS_DENIED if denied else HostStatus.OK)
+
+    def _reused(self, entry: _Entry, pid: int) -> bool:
+        """Whether ``pid`` now belongs to another process than ``entry``'s.
+
+        Asks a new ``Process``: psutil caches ``create_time()`` on the object,
+        so the cached one would never notice; NoSuchProcess propagates."""
+        if entry.create_time is None:
+            return False  # cannot tell
+        current = _maybe(self._ps.Process(pid).create_time, self._ps)
+        return current is not None and abs(current - entry.create_time) > 0.01
 
     def _open(self, pid: int) -> _Entry:
         ps = self._ps

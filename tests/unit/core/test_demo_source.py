@@ -1,0 +1,220 @@
+"""DemoSource: a scripted, deterministic GPU source (a product feature)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.demo_source import GiB, MiB, DemoSource, scaled_scenario
+from app.core.samples import HostStatus
+from app.core.source import GpuSource
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def opened(seed: int = 7, **kwargs) -> tuple[DemoSource, FakeClock]:
+    clock = FakeClock()
+    src = DemoSource(seed=seed, clock=clock, **kwargs)
+    src.open()
+    return src, clock
+
+
+def read_at(src: DemoSource, clock: FakeClock, elapsed: float):
+    clock.now = 1000.0 + elapsed
+    return src.read()
+
+
+def proc_by_command(gpus, fragment: str):
+    found = [p for g in gpus for p in g.processes if p.command and fragment in p.command]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+TIMES = [0.0, 0.3, 1.0, 7.9, 8.0, 12.5, 30.0, 44.9, 45.0, 100.0, 479.0, 483.0, 486.5, 900.0, 3600.0]
+
+
+def _strip_create(gpus):
+    return [(g, tuple(p._replace(create_time=None) for p in g.processes)) for g in gpus]
+
+
+def _relative_create(gpus, origin):
+    return [round(p.create_time - origin, 2) for g in gpus for p in g.processes]
+
+
+def test_is_a_gpu_source_that_fills_its_own_host_details():
+    src = DemoSource()
+    assert isinstance(src, GpuSource)
+    assert src.name == "demo"
+    assert src.wants_host_details is False
+    assert src.driver_version() == "demo"
+
+
+def test_same_seed_and_clock_readings_give_the_same_samples():
+    a, ca = opened(seed=3)
+    b, cb = opened(seed=3)
+    origin_a = origin_b = None
+    for t in TIMES:
+        ra, rb = read_at(a, ca, t), read_at(b, cb, t)
+        # GpuSample equality covers every field; processes compared without
+        # create_time, which is wall-clock epoch seconds (open time + script offset).
+        assert _strip_create(ra) == _strip_create(rb)
+        if origin_a is None:
+            origin_a = min(p.create_time for g in ra for p in g.processes)
+            origin_b = min(p.create_time for g in rb for p in g.processes)
+        assert _relative_create(ra, origin_a) == _relative_create(rb, origin_b)
+        # Reading twice at the same instant is also stable.
+        assert _strip_create(read_at(a, ca, t)) == _strip_create(ra)
+
+
+def test_different_seed_changes_the_noise_but_not_the_script():
+    a, ca = opened(seed=1)
+    b, cb = opened(seed=2)
+    differs = False
+    for t in TIMES:
+        ra, rb = read_at(a, ca, t), read_at(b, cb, t)
+        assert [[p.pid for p in g.processes] for g in ra] == [[p.pid for p in g.processes] for g in rb]
+        if [[p.gpu_memory for p in g.processes] for g in ra] != [[p.gpu_memory for p in g.processes] for g in rb]:
+            differs = True
+        if [[p.sm_util for p in g.processes] for g in ra] != [[p.sm_util for p in g.processes] for g in rb]:
+            differs = True
+    assert differs
+
+
+def test_default_scenario_has_a_24_gib_and_an_80_gib_gpu():
+    src, clock = opened()
+    gpus = read_at(src, clock, 10.0)
+    assert [g.memory_total for g in gpus] == [24 * GiB, 80 * GiB]
+    assert [g.index for g in gpus] == [0, 1]
+    assert [g.display_id for g in gpus] == ["0", "1"]
+    assert len({g.uuid for g in gpus}) == 2
+    for g in gpus:
+        assert g.name.endswith("(demo)")
+        assert g.power_limit and g.power_draw is not None and 0 < g.power_draw <= g.power_limit
+        assert 0 <= g.utilization_gpu <= 100
+        assert g.processes
+
+
+@pytest.mark.parametrize("t", TIMES + [3 * 3600.0, 10 * 3600.0])
+def test_memory_accounting_is_consistent(t):
+    src, clock = opened()
+    gpus = read_at(src, clock, t)
+    for g, spec in zip(gpus, src.gpus):
+        assert g.memory_reserved == spec.memory_reserved
+        assert g.memory_used + g.memory_free + g.memory_reserved == g.memory_total
+        assert g.memory_free >= 0
+        proc_sum = sum(p.gpu_memory for p in g.processes)
+        cap = g.memory_total - g.memory_reserved
+        assert g.memory_used == min(spec.overhead + proc_sum, cap)
+        # The default script never needs the cap: its figures add up exactly.
+        assert g.memory_used == spec.overhead + proc_sum
+        for p in g.processes:
+            assert isinstance(p.gpu_memory, int) and p.gpu_memory > 0
+            assert p.gpu_memory % MiB == 0  # drivers report whole MiB
+
+
+def test_processes_carry_host_details_and_simulated_status():
+    src, clock = opened()
+    gpus = read_at(src, clock, 20.0)
+    procs = [p for g in gpus for p in g.processes]
+    assert procs
+    for p in procs:
+        assert p.name and p.user and p.command
+        assert p.host_status is HostStatus.SIMULATED
+        assert p.create_time is not None and p.cpu_percent is not None and p.host_rss
+        assert p.kind in ("compute", "graphics", "compute+graphics")
+        assert p.sm_util is not None and 0 <= p.sm_util <= 100
+    xorg = proc_by_command(gpus, "Xorg")
+    assert (xorg.name, xorg.user, xorg.kind) == ("Xorg", "root", "graphics")
+    eval_ = proc_by_command(gpus, "eval.py")
+    assert eval_.user == "alice"
+    # Processes are listed under the GPU the script puts them on.
+    assert proc_by_command(gpus[0:1], "train.py") is not None
+    assert proc_by_command(gpus[1:2], "vllm") is not None
+    # pids are unique per reading.
+    pids = [p.pid for p in procs]
+    assert len(pids) == len(set(pids))
+
+
+def test_training_job_saw_tooths_over_its_45_s_period():
+    src, clock = opened()
+
+    def train_mem(t):
+        return proc_by_command(read_at(src, clock, t), "train.py").gpu_memory
+
+    rising = [train_mem(t) for t in range(0, 45, 3)]
+    assert all(b > a for a, b in zip(rising, rising[1:])), rising
+    assert rising[-1] - rising[0] > 4.5 * GiB
+    peak = train_mem(44.75)
+    after_drop = train_mem(45.25)
+    assert peak - after_drop > 5 * GiB
+    # Periodic: the next period repeats the same shape (up to noise).
+    assert abs(train_mem(45 + 20) - train_mem(20)) < 20 * MiB
+
+
+def test_leaking_process_grows_then_exits_and_restarts_with_a_new_pid():
+    src, clock = opened()
+    first = proc_by_command(read_at(src, clock, 10.0), "serve_embeddings")
+    later = proc_by_command(read_at(src, clock, 400.0), "serve_embeddings")
+    assert first.pid == later.pid and first.create_time == later.create_time
+    assert later.gpu_memory - first.gpu_memory > 4 * GiB  # 14 MiB/s for 390 s
+    samples = [proc_by_command(read_at(src, clock, t), "serve_embeddings").gpu_memory
+               for t in range(0, 480, 30)]
+    assert all(b > a for a, b in zip(samples, samples[1:]))
+
+    assert proc_by_command(read_at(src, clock, 482.0), "serve_embeddings") is None  # gone
+    reborn = proc_by_command(read_at(src, clock, 490.0), "serve_embeddings")
+    assert reborn is not None
+    assert reborn.pid != first.pid
+    assert reborn.create_time > first.create_time + 480
+    assert reborn.gpu_memory < later.gpu_memory  # a fresh start, not the leaked size
+
+
+def test_eval_process_starts_exits_and_comes_back():
+    src, clock = opened()
+    assert proc_by_command(read_at(src, clock, 5.0), "eval.py") is None  # not started yet
+    running = proc_by_command(read_at(src, clock, 10.0), "eval.py")
+    assert running is not None
+    ramped = proc_by_command(read_at(src, clock, 30.0), "eval.py")
+    assert ramped.pid == running.pid and ramped.gpu_memory > running.gpu_memory
+    assert proc_by_command(read_at(src, clock, 50.0), "eval.py") is None  # exited
+    again = proc_by_command(read_at(src, clock, 90.0), "eval.py")
+    assert again is not None and again.pid != running.pid
+    assert again.create_time > running.create_time
+
+
+def test_read_before_open_opens_implicitly():
+    clock = FakeClock(50.0)
+    src = DemoSource(clock=clock)
+    gpus = src.read()
+    assert len(gpus) == 2
+    assert src.elapsed() == 0.0
+
+
+@pytest.mark.parametrize("elapsed", [0.0, 5.0, 61.0, 600.0, 3600.0, 3 * 3600.0, 12 * 3600.0])
+def test_scaled_scenario_stays_within_each_gpu(elapsed):
+    gpus_spec, procs_spec = scaled_scenario(8, 64)
+    assert len(gpus_spec) == 8 and len(procs_spec) == 8 * 64
+    src, clock = opened(gpus=gpus_spec, processes=procs_spec)
+    gpus = read_at(src, clock, elapsed)
+    assert len(gpus) == 8
+    for g, spec in zip(gpus, gpus_spec):
+        assert 0 < len(g.processes) <= 64
+        proc_sum = sum(p.gpu_memory for p in g.processes)
+        assert g.memory_used + g.memory_free + g.memory_reserved == g.memory_total
+        assert 0 < g.memory_used <= g.memory_total - g.memory_reserved
+        # The listed processes never add up to more than the GPU reports.
+        assert spec.overhead + proc_sum == g.memory_used
+        pids = [p.pid for p in g.processes]
+        assert len(pids) == len(set(pids))
+
+
+def test_scaled_scenario_is_deterministic_for_a_seed():
+    assert scaled_scenario(2, 16, seed=5) == scaled_scenario(2, 16, seed=5)
+    assert scaled_scenario(2, 16, seed=5) != scaled_scenario(2, 16, seed=6)
