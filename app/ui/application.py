@@ -46,13 +46,15 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     started = time.perf_counter()
     if screenshot:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.core.history import History, HistoryConfig
     from app.ui.main_window import MainWindow
     from app.ui.sampler import Sampler, clamp_period
 
+    from app.ui.qt_compat import guard_singleton_refcounts
+
+    guard_singleton_refcounts()
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])
     qt_app.setApplicationName(APP_NAME)
     qt_app.setApplicationVersion(__version__)
@@ -64,17 +66,23 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     history = History(HistoryConfig(period_s=period_s))
     window = MainWindow(history)
     sampler = Sampler(_source_factory(demo, seed), period_s)
-    window.set_sample_period(period_s)
     sampler.snapshot_ready.connect(window.on_snapshot)
     window.demo_requested.connect(lambda: sampler.switch_source(_source_factory(True, seed)))
     window.retry_requested.connect(sampler.retry)
-    qt_app.aboutToQuit.connect(sampler.stop)
 
     if screenshot:
-        return _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
-    window.show()
-    sampler.start()
-    return qt_app.exec()
+        rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
+    else:
+        window.show()
+        sampler.start()
+        rc = qt_app.exec()
+    if not sampler.stop():
+        # A driver call that never returns (a GPU lost mid-call) keeps the
+        # sampler thread busy; don't let it hold the app open or crash teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 def _screenshot(qt_app, window, sampler, path: Path, after_s: float,  # type: ignore[no-untyped-def]
@@ -107,5 +115,4 @@ def _screenshot(qt_app, window, sampler, path: Path, after_s: float,  # type: ig
 
     QTimer.singleShot(int(max(0.0, after_s) * 1000), save)
     qt_app.exec()
-    sampler.stop()
     return result["rc"]

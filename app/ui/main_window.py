@@ -1,0 +1,438 @@
+"""The main window: GPU panels above the process table, or the no-driver page.
+
+Data flow: the sampler calls :meth:`MainWindow.on_snapshot` for every tick; it
+appends to the history and updates text (cheap).  Plots are redrawn only by
+:meth:`MainWindow.refresh` on :attr:`MainWindow.display_timer` (250 ms), and
+only when a snapshot arrived since the previous redraw.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections import deque
+from collections.abc import Hashable
+
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, QTimer, Signal, Slot
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QScrollArea,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.history import History
+from app.core.samples import DeviceState, Snapshot
+from app.ui import palette as pal
+from app.ui.format import fmt_gib
+from app.ui.gpu_panel import GpuPanel
+from app.ui.no_driver import NoDriverView
+from app.ui.process_table import ProcessTable
+
+APP_TITLE = "VRAM Steward"
+
+SPANS: tuple[tuple[str, float], ...] = (
+    ("1 min", 60.0),
+    ("10 min", 600.0),
+    ("1 h", 3600.0),
+    ("24 h", 86400.0),
+)
+
+TWO_COLUMNS_FROM = 1700  # px of window width
+
+
+class MainWindow(QMainWindow):
+    demo_requested = Signal()
+    retry_requested = Signal()
+
+    def __init__(self, history: History, span_s: float = 600.0, parent: QWidget | None = None
+                 ) -> None:
+        super().__init__(parent)
+        self.history = history
+        self.span_s = float(span_s)
+        self._panels: dict[str, GpuPanel] = {}
+        self._latest: Snapshot | None = None
+        self._dirty = False  # a snapshot arrived since the last plot refresh
+        self._selection: tuple[str, Hashable] | None = None
+        self._arrivals: deque[float] = deque(maxlen=21)  # snapshot monotonic times
+        self._columns = 1
+        self._drawn_at: float | None = None  # snapshot monotonic time of the last redraw
+        self._drawn_wall = 0.0  # time.monotonic() of the last redraw
+        #: Number of plot redraws done by :meth:`refresh` (diagnostics and tests).
+        self.plot_refreshes = 0
+
+        self.setWindowTitle(APP_TITLE)
+        self.resize(1280, 860)
+
+        self.stack = QStackedWidget(self)
+        self.setCentralWidget(self.stack)
+
+        # -- monitor page -------------------------------------------------------------
+        self.monitor_page = QWidget(self.stack)
+        page = QVBoxLayout(self.monitor_page)
+        page.setContentsMargins(16, 12, 16, 8)
+        page.setSpacing(10)
+
+        top = QHBoxLayout()
+        top.setSpacing(12)
+        self.title_label = QLabel(APP_TITLE, self.monitor_page)
+        self.title_label.setObjectName("appTitle")
+        tf = self.title_label.font()
+        tf.setBold(True)
+        tf.setPointSizeF(tf.pointSizeF() * 1.35)
+        self.title_label.setFont(tf)
+        self.summary_label = QLabel("", self.monitor_page)
+        self.summary_label.setObjectName("secondary")
+        range_label = QLabel("Time range", self.monitor_page)
+        range_label.setObjectName("secondary")
+        self.span_combo = QComboBox(self.monitor_page)
+        self.span_combo.setObjectName("spanCombo")
+        for text, seconds in SPANS:
+            self.span_combo.addItem(text, seconds)
+        self.span_combo.setToolTip("How much history the graphs show")
+        range_label.setBuddy(self.span_combo)
+        top.addWidget(self.title_label)
+        top.addWidget(self.summary_label, 1, Qt.AlignmentFlag.AlignBottom)
+        top.addWidget(range_label)
+        top.addWidget(self.span_combo)
+        page.addLayout(top)
+
+        self.splitter = QSplitter(Qt.Orientation.Vertical, self.monitor_page)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setHandleWidth(10)
+
+        self.scroll = QScrollArea(self.splitter)
+        self.scroll.setObjectName("gpuScroll")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.panels_host = QWidget(self.scroll)
+        self.panels_host.setObjectName("panelsHost")
+        self.panels_layout = QGridLayout(self.panels_host)
+        self.panels_layout.setContentsMargins(0, 0, 4, 0)
+        self.panels_layout.setSpacing(12)
+        self.empty_label = QLabel("Waiting for the first sample…", self.panels_host)
+        self.empty_label.setObjectName("secondary")
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.panels_layout.addWidget(self.empty_label, 0, 0)
+        self.scroll.setWidget(self.panels_host)
+        self.scroll.verticalScrollBar().valueChanged.connect(self._refresh_newly_visible)
+
+        table_box = QWidget(self.splitter)
+        tlay = QVBoxLayout(table_box)
+        tlay.setContentsMargins(0, 0, 0, 0)
+        tlay.setSpacing(6)
+        thead = QHBoxLayout()
+        table_title = QLabel("Processes", table_box)
+        table_title.setObjectName("sectionTitle")
+        hf = table_title.font()
+        hf.setBold(True)
+        hf.setPointSizeF(hf.pointSizeF() * 1.1)
+        table_title.setFont(hf)
+        self.process_count_label = QLabel("", table_box)
+        self.process_count_label.setObjectName("secondary")
+        self.filter_edit = QLineEdit(table_box)
+        self.filter_edit.setObjectName("processFilter")
+        self.filter_edit.setPlaceholderText("Filter processes…")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.setMaximumWidth(260)
+        thead.addWidget(table_title)
+        thead.addWidget(self.process_count_label, 1)
+        thead.addWidget(self.filter_edit)
+        tlay.addLayout(thead)
+        self.table = ProcessTable(table_box)
+        tlay.addWidget(self.table, 1)
+        self.filter_edit.textChanged.connect(self.table.proxy.setFilterFixedString)
+
+        self.splitter.addWidget(self.scroll)
+        self.splitter.addWidget(table_box)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setSizes([600, 260])
+        page.addWidget(self.splitter, 1)
+
+        # -- no-driver page -----------------------------------------------------------
+        self.no_driver_view = NoDriverView(self.stack)
+        self.no_driver_view.demo_requested.connect(self.demo_requested)
+        self.no_driver_view.retry_requested.connect(self.retry_requested)
+
+        self.stack.addWidget(self.monitor_page)
+        self.stack.addWidget(self.no_driver_view)
+
+        # -- status bar -------------------------------------------------------------------
+        bar = self.statusBar()
+        bar.setSizeGripEnabled(True)
+        self.source_label = QLabel("No source yet", self)
+        self.period_label = QLabel("", self)
+        self.cost_label = QLabel("", self)
+        self.problem_label = QLabel("", self)
+        for w in (self.period_label, self.cost_label):
+            w.setObjectName("secondary")
+        bar.addWidget(self.source_label)
+        bar.addWidget(self.problem_label, 1)
+        bar.addPermanentWidget(self.period_label)
+        bar.addPermanentWidget(self.cost_label)
+
+        self.span_combo.currentIndexChanged.connect(self._on_span_combo)
+        self.table.process_selected.connect(self._on_process_selected)
+        self._select_span_in_combo(self.span_s)
+
+        self.display_timer = QTimer(self)
+        self.display_timer.setInterval(250)
+        self.display_timer.timeout.connect(self.refresh)
+        self.display_timer.start()
+
+        self._apply_style()
+
+    # -- public API --------------------------------------------------------------------
+    @property
+    def panels(self) -> dict[str, GpuPanel]:
+        return dict(self._panels)
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    @Slot(object)
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Record a sampler tick and update every text widget (plots wait for :meth:`refresh`)."""
+        self.history.add(snapshot)
+        self._latest = snapshot
+        self._dirty = True
+        if snapshot.gpus:
+            self._arrivals.append(snapshot.monotonic)
+        self._update_status(snapshot)
+
+        if snapshot.error and not snapshot.gpus:
+            self.no_driver_view.set_reason(snapshot.error)
+            self.stack.setCurrentWidget(self.no_driver_view)
+            return
+        self.stack.setCurrentWidget(self.monitor_page)
+
+        seen = set()
+        added = removed = False
+        for gpu in snapshot.gpus:
+            seen.add(gpu.display_id)
+            panel = self._panels.get(gpu.display_id)
+            if panel is None:
+                panel = GpuPanel(gpu.display_id, self.panels_host)
+                panel.set_span(self.span_s)
+                if self._selection and self._selection[0] == gpu.display_id:
+                    panel.highlight(self._selection[1])
+                self._panels[gpu.display_id] = panel
+                added = True
+            panel.update_sample(gpu)
+        for did in [d for d in self._panels if d not in seen]:
+            panel = self._panels.pop(did)
+            self.panels_layout.removeWidget(panel)
+            panel.deleteLater()
+            removed = True
+        if added or removed:
+            self._layout_panels()
+        self.table.update_snapshot(snapshot)
+        self._update_summary(snapshot)
+
+    @Slot()
+    def refresh(self, force: bool = False) -> None:
+        """Redraw the plots from history, if a snapshot arrived since the last redraw."""
+        if not (self._dirty or force):
+            return
+        if not force and self._redraw_too_soon():
+            return  # stays dirty: drawn by a later tick
+        self._dirty = False
+        self._drawn_wall = time.monotonic()
+        if self._latest is not None:
+            self._drawn_at = self._latest.monotonic
+        self.plot_refreshes += 1
+        for did, panel in self._panels.items():
+            if self._panel_on_screen(panel):
+                self._refresh_panel(did, panel)
+            else:
+                panel.plot_dirty = True  # drawn when scrolled into view
+
+    def _redraw_too_soon(self) -> bool:
+        """At long spans one pixel holds many samples: redraw about once per pixel of time."""
+        if self._latest is None or self._drawn_at is None or not self._panels:
+            return False
+        width = next(iter(self._panels.values())).plot.getPlotItem().getViewBox().width()
+        per_pixel = self.span_s / max(width, 200.0)
+        return (self._latest.monotonic - self._drawn_at < per_pixel
+                and time.monotonic() - self._drawn_wall < per_pixel)
+
+    def set_span(self, seconds: float) -> None:
+        """Show the last ``seconds`` of history in every plot."""
+        seconds = float(seconds)
+        self.span_s = seconds
+        self._select_span_in_combo(seconds)
+        for panel in self._panels.values():
+            panel.set_span(seconds)
+        self.refresh(force=True)
+
+    # -- internals -----------------------------------------------------------------------
+    def _refresh_panel(self, did: str, panel: GpuPanel) -> None:
+        view = self.history.view(did, self.span_s)
+        panel.refresh_plot(view, functools.partial(self.history.label, did), self.span_s)
+
+    def _panel_on_screen(self, panel: GpuPanel) -> bool:
+        """False only for panels scrolled out of sight in a shown window."""
+        if not self.isVisible() or not panel.isVisible():
+            return True  # not laid out yet (or no window): draw rather than risk a blank plot
+        viewport = self.scroll.viewport()
+        top_left = panel.mapTo(viewport, QPoint(0, 0))
+        return QRect(top_left, panel.size()).intersects(viewport.rect())
+
+    def _refresh_newly_visible(self) -> None:
+        for did, panel in self._panels.items():
+            if panel.plot_dirty and self._panel_on_screen(panel):
+                self._refresh_panel(did, panel)
+
+    def _select_span_in_combo(self, seconds: float) -> None:
+        idx = self.span_combo.findData(seconds)
+        if idx < 0:
+            self.span_combo.addItem(_span_text(seconds), seconds)
+            idx = self.span_combo.count() - 1
+        if idx != self.span_combo.currentIndex():
+            self.span_combo.blockSignals(True)
+            self.span_combo.setCurrentIndex(idx)
+            self.span_combo.blockSignals(False)
+
+    def _on_span_combo(self, index: int) -> None:
+        seconds = self.span_combo.itemData(index)
+        if seconds is not None:
+            self.set_span(float(seconds))
+
+    def _on_process_selected(self, display_id: str | None, key: Hashable | None) -> None:
+        self._selection = None if display_id is None else (display_id, key)
+        for did, panel in self._panels.items():
+            panel.highlight(key if did == display_id else None)
+        if display_id in self._panels and self.isVisible():
+            self.scroll.ensureWidgetVisible(self._panels[display_id], 0, 0)
+
+    def _layout_panels(self) -> None:
+        lay = self.panels_layout
+        while lay.count():
+            lay.takeAt(0)
+        self.empty_label.setVisible(not self._panels)
+        if not self._panels:
+            lay.addWidget(self.empty_label, 0, 0)
+            return
+        cols = 2 if self.width() >= TWO_COLUMNS_FROM and len(self._panels) > 1 else 1
+        self._columns = cols
+        ordered = sorted(self._panels.items(), key=lambda kv: _display_order(kv[0]))
+        for i, (_, panel) in enumerate(ordered):
+            lay.addWidget(panel, i // cols, i % cols)
+        for c in range(2):
+            lay.setColumnStretch(c, 1 if c < cols else 0)
+        last_row = (len(ordered) - 1) // cols + 1
+        for r in range(lay.rowCount()):
+            lay.setRowStretch(r, 0)
+        lay.setRowStretch(last_row, 1)  # panels keep their size; spare room goes below
+        lay.activate()  # the scroll area must learn the new minimum height now
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        cols = 2 if self.width() >= TWO_COLUMNS_FROM and len(self._panels) > 1 else 1
+        if cols != self._columns and self._panels:
+            self._layout_panels()
+        QTimer.singleShot(0, self._refresh_newly_visible)
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        QTimer.singleShot(0, self._refresh_newly_visible)
+
+    def _update_status(self, snapshot: Snapshot) -> None:
+        demo = snapshot.source == "demo"
+        self.setWindowTitle(f"{APP_TITLE} — demo" if demo else APP_TITLE)
+        if demo:
+            source = "Demo (simulated GPUs)"
+        elif snapshot.source == "nvml":
+            source = ("NVML" if not snapshot.driver_version
+                      else f"NVML, driver {snapshot.driver_version}")
+        else:
+            source = snapshot.source
+        if snapshot.error and not snapshot.gpus:
+            self.source_label.setText(f"{source}: unavailable")
+            self.period_label.setText("")
+            self.cost_label.setText("")
+            self.problem_label.setText("")
+            return
+        self.source_label.setText(source)
+        period = self._period_s()
+        self.period_label.setText(f"Sampling every {period * 1000:.0f} ms")
+        self.cost_label.setText(f"Last sample {snapshot.sample_cost * 1000:.1f} ms")
+        if snapshot.error and snapshot.gpus:
+            self.problem_label.setText(f"⚠ {snapshot.error}")
+        else:
+            self.problem_label.setText("")
+
+    def _period_s(self) -> float:
+        times = list(self._arrivals)
+        gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+        if gaps:
+            return statistics.median(gaps)
+        return self.history.config.period_s
+
+    def _update_summary(self, snapshot: Snapshot) -> None:
+        gpus = snapshot.gpus
+        nproc = sum(len(g.processes) for g in gpus)
+        ok = [g for g in gpus if g.state == DeviceState.OK]
+        used = [g.memory_used for g in ok if g.memory_used is not None]
+        total = [g.memory_total for g in ok if g.memory_total is not None]
+        parts = [f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}",
+                 f"{nproc} process{'es' if nproc != 1 else ''}"]
+        if used and total:
+            parts.append(f"{fmt_gib(sum(used))} of {fmt_gib(sum(total))} in use")
+        bad = len(gpus) - len(ok)
+        if bad:
+            parts.append(f"{bad} unavailable")
+        self.summary_label.setText("  ·  ".join(parts))
+        self.process_count_label.setText(f"{nproc} on {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}")
+
+    def changeEvent(self, event) -> None:  # noqa: N802
+        if event.type() == QEvent.Type.PaletteChange:
+            self._apply_style()
+        super().changeEvent(event)
+
+    def _apply_style(self) -> None:
+        palette = self.palette()
+        muted = pal.hex_color(pal.muted(palette))
+        border = pal.hex_color(pal.faint(palette))
+        self.setStyleSheet(
+            f"QFrame#gpuPanel {{ background: palette(base); border: 1px solid {border};"
+            " border-radius: 10px; }"
+            f"QLabel#secondary {{ color: {muted}; }}"
+            "QScrollArea#gpuScroll, QWidget#panelsHost { background: transparent; }"
+            f"QTableView#processTable {{ border: 1px solid {border}; border-radius: 6px; }}"
+            "QHeaderView::section { font-weight: bold; padding: 4px 16px 4px 6px; border: none;"
+            f" border-bottom: 1px solid {border}; background: palette(base); }}"
+        )
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(1280, 860)
+
+
+def _span_text(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def _display_order(display_id: str) -> tuple[int, str]:
+    head, _, rest = display_id.partition("/")
+    try:
+        return (int(head), rest)
+    except ValueError:
+        return (1 << 30, display_id)
+
+
+__all__ = ["MainWindow", "SPANS", "APP_TITLE"]

@@ -1,0 +1,411 @@
+"""Every GPU process of the latest snapshot, as a sortable, diff-updated table.
+
+Rows are keyed by ``(display_id, pid, create_time)`` so a pid reused by a new
+process is a new row.  Updates are incremental (``beginRemoveRows`` for
+departures, ``dataChanged`` for rows whose figures changed, ``beginInsertRows``
+for arrivals), so the selection and the scroll position survive every tick.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QItemSelection,
+    QModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QFontMetrics, QGuiApplication
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
+
+from app.core.samples import HostStatus, ProcessSample, Snapshot
+from app.ui import palette as pal
+from app.ui.format import NA, fmt_bytes, fmt_duration, fmt_percent
+
+RowKey = tuple[str, int, float | None]  # (gpu display_id, pid, create_time)
+
+COLUMNS = ("GPU", "PID", "User", "Command", "VRAM", "% of GPU", "SM %", "CPU %", "RSS", "Uptime")
+(COL_GPU, COL_PID, COL_USER, COL_COMMAND, COL_VRAM, COL_PCT, COL_SM, COL_CPU, COL_RSS,
+ COL_UPTIME) = range(len(COLUMNS))
+NUMERIC = {COL_PID, COL_VRAM, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
+KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # (display_id, (pid, create_time))
+
+_COLUMN_TIPS = {
+    COL_VRAM: "GPU memory used by this process on this GPU",
+    COL_PCT: "This process's share of the GPU's total memory",
+    COL_SM: "Share of the GPU's streaming multiprocessors (recent average)",
+    COL_CPU: "CPU use in percent of one core",
+    COL_RSS: "Host (CPU) resident memory",
+}
+
+
+@dataclass(slots=True)
+class _Row:
+    display_id: str
+    gpu_order: tuple[int, int]  # (index, mig index or -1): numeric GPU sort
+    proc: ProcessSample
+    memory_total: int | None
+    uptime: float | None
+    gpu_note: str | None
+
+    def signature(self) -> tuple:
+        up = None if self.uptime is None else int(self.uptime)
+        return (self.proc, self.memory_total, up, self.gpu_note)
+
+    @property
+    def key(self) -> RowKey:
+        return (self.display_id, self.proc.pid, self.proc.create_time)
+
+    def raw(self, col: int):
+        p = self.proc
+        if col == COL_GPU:
+            return self.gpu_order
+        if col == COL_PID:
+            return p.pid
+        if col == COL_USER:
+            return p.user.lower() if p.user else None
+        if col == COL_COMMAND:
+            text = p.command or p.name
+            return text.lower() if text else None
+        if col == COL_VRAM:
+            return p.gpu_memory
+        if col == COL_PCT:
+            if p.gpu_memory is None or not self.memory_total:
+                return None
+            return 100.0 * p.gpu_memory / self.memory_total
+        if col == COL_SM:
+            return p.sm_util
+        if col == COL_CPU:
+            return p.cpu_percent
+        if col == COL_RSS:
+            return p.host_rss
+        if col == COL_UPTIME:
+            return self.uptime
+        return None
+
+    def reason(self) -> str:
+        """Why a cell of this row may be unknown (for tooltips)."""
+        return self.proc.host_status.label
+
+    def text(self, col: int) -> str:
+        p = self.proc
+        status = p.host_status
+        if col == COL_GPU:
+            return self.display_id
+        if col == COL_PID:
+            return str(p.pid)
+        if col == COL_USER:
+            if p.user:
+                return p.user
+            return "access denied" if status == HostStatus.ACCESS_DENIED else NA
+        if col == COL_COMMAND:
+            base = p.command or p.name
+            if status == HostStatus.NOT_VISIBLE:
+                return base or status.label
+            if status == HostStatus.EXITED:
+                return f"{base} (exited)" if base else status.label
+            return base or NA
+        value = self.raw(col)
+        if value is None:
+            return NA
+        if col in (COL_VRAM, COL_RSS):
+            return fmt_bytes(value)
+        if col == COL_PCT:
+            return fmt_percent(value, 1 if value < 10 else 0)
+        if col in (COL_SM, COL_CPU):
+            return fmt_percent(value)
+        if col == COL_UPTIME:
+            return fmt_duration(value)
+        return str(value)
+
+    def tooltip(self, col: int) -> str | None:
+        p = self.proc
+        if col == COL_COMMAND:
+            parts = [p.command or p.name or NA]
+            if p.host_status.label:
+                parts.append(f"({p.host_status.label})")
+            parts.append(f"PID {p.pid} on GPU {self.display_id}, {p.kind}")
+            return "\n".join(parts)
+        if col in (COL_GPU, COL_PID):
+            return None
+        if col == COL_USER and p.user:
+            return p.user
+        if self.text(col) in (NA, "access denied"):
+            if p.host_status.label:
+                return p.host_status.label
+            if col in (COL_VRAM, COL_PCT, COL_SM) and self.gpu_note:
+                return self.gpu_note
+            return "not reported"
+        return _COLUMN_TIPS.get(col)
+
+    def is_unknown(self, col: int) -> bool:
+        if col in (COL_GPU, COL_PID):
+            return False
+        if col == COL_USER:
+            return not self.proc.user
+        if col == COL_COMMAND:
+            return not (self.proc.command or self.proc.name) or self.proc.host_status in (
+                HostStatus.EXITED, HostStatus.NOT_VISIBLE)
+        return self.raw(col) is None
+
+
+class ProcessTableModel(QAbstractTableModel):
+    """Flat list of (GPU, process) rows from the latest snapshot, updated by diffing."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._rows: list[_Row] = []
+        self._index: dict[RowKey, int] = {}
+
+    # -- Qt model API -------------------------------------------------------------
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if orientation == Qt.Orientation.Horizontal:
+            if role == Qt.ItemDataRole.DisplayRole:
+                return COLUMNS[section]
+            if role == Qt.ItemDataRole.TextAlignmentRole:
+                return int((Qt.AlignmentFlag.AlignRight if section in NUMERIC
+                            else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return _COLUMN_TIPS.get(section)
+        return None
+
+    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self._rows[index.row()]
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return row.text(col)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row.tooltip(col)
+        if role == SORT_ROLE:
+            return row.raw(col)
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int((Qt.AlignmentFlag.AlignRight if col in NUMERIC else Qt.AlignmentFlag.AlignLeft)
+                       | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ForegroundRole and row.is_unknown(col):
+            return pal.muted(QGuiApplication.palette())
+        if role == KEY_ROLE:
+            return (row.display_id, row.proc.key)
+        return None
+
+    # -- direct access ----------------------------------------------------------------
+    def row_key(self, row: int) -> RowKey:
+        return self._rows[row].key
+
+    def row_for(self, key: RowKey) -> int | None:
+        return self._index.get(key)
+
+    def raw_value(self, row: int, col: int):
+        return self._rows[row].raw(col)
+
+    def process(self, row: int) -> ProcessSample:
+        return self._rows[row].proc
+
+    def keys(self) -> list[RowKey]:
+        return [r.key for r in self._rows]
+
+    # -- updating -----------------------------------------------------------------------
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        """Bring the rows in line with ``snapshot`` with the smallest set of model signals."""
+        now = snapshot.timestamp
+        fresh: dict[RowKey, _Row] = {}
+        for gpu in snapshot.gpus:
+            order = (gpu.index, -1 if gpu.mig_index is None else gpu.mig_index)
+            note = gpu.notes.get("processes") or gpu.notes.get("gpu_memory")
+            for p in gpu.processes:
+                uptime = None
+                if p.create_time is not None and math.isfinite(p.create_time):
+                    uptime = max(0.0, now - p.create_time)
+                row = _Row(gpu.display_id, order, p, gpu.memory_total, uptime, note)
+                fresh[row.key] = row
+
+        # Departures, removed in contiguous blocks from the bottom up.
+        gone = [i for i, r in enumerate(self._rows) if r.key not in fresh]
+        for first, last in reversed(_blocks(gone)):
+            self.beginRemoveRows(QModelIndex(), first, last)
+            del self._rows[first:last + 1]
+            self.endRemoveRows()
+        if gone:
+            self._index = {r.key: i for i, r in enumerate(self._rows)}
+
+        # Changes in place: one dataChanged over the span of changed rows.
+        lo = hi = -1
+        for i, old in enumerate(self._rows):
+            new = fresh.pop(old.key)
+            if new.signature() != old.signature():
+                self._rows[i] = new
+                lo = i if lo < 0 else lo
+                hi = i
+            else:
+                self._rows[i] = new  # keep the newest uptime base even when unchanged
+        if lo >= 0:
+            self.dataChanged.emit(self.index(lo, 0), self.index(hi, len(COLUMNS) - 1))
+
+        # Arrivals, appended.
+        if fresh:
+            start = len(self._rows)
+            self.beginInsertRows(QModelIndex(), start, start + len(fresh) - 1)
+            for row in fresh.values():
+                self._index[row.key] = len(self._rows)
+                self._rows.append(row)
+            self.endInsertRows()
+
+
+def _blocks(indices: list[int]) -> list[tuple[int, int]]:
+    """``[1, 2, 3, 7]`` → ``[(1, 3), (7, 7)]``."""
+    out: list[tuple[int, int]] = []
+    for i in indices:
+        if out and out[-1][1] == i - 1:
+            out[-1] = (out[-1][0], i)
+        else:
+            out.append((i, i))
+    return out
+
+
+class ProcessSortProxy(QSortFilterProxyModel):
+    """Sorts on raw values (numbers as numbers) with unknown values last in either order."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setSortRole(SORT_ROLE)
+        self.setDynamicSortFilter(True)
+        self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.setFilterKeyColumn(-1)
+
+    def lessThan(self, left: QModelIndex, right: QModelIndex) -> bool:  # noqa: N802
+        model = self.sourceModel()
+        col = left.column()
+        if isinstance(model, ProcessTableModel):
+            a = model.raw_value(left.row(), col)
+            b = model.raw_value(right.row(), col)
+        else:
+            a, b = left.data(SORT_ROLE), right.data(SORT_ROLE)
+        if a is None or b is None:
+            if a is None and b is None:
+                return False
+            # Qt reverses the result for descending order; pre-reverse so None stays last.
+            none_is_greater = self.sortOrder() == Qt.SortOrder.AscendingOrder
+            return (b is None) == none_is_greater
+        if a == b and col != COL_PID and isinstance(model, ProcessTableModel):
+            return model.raw_value(left.row(), COL_PID) < model.raw_value(right.row(), COL_PID)
+        return a < b
+
+
+class ProcessTable(QTableView):
+    """The process list.  Emits :attr:`process_selected` ``(display_id, key)`` on selection,
+    ``(None, None)`` when the selection is cleared."""
+
+    process_selected = Signal(object, object)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("processTable")
+        self.source_model = ProcessTableModel(self)
+        self.proxy = ProcessSortProxy(self)
+        self.proxy.setSourceModel(self.source_model)
+        self.setModel(self.proxy)
+        self.setSortingEnabled(True)
+        self.sortByColumn(COL_VRAM, Qt.SortOrder.DescendingOrder)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setAlternatingRowColors(True)
+        self.setShowGrid(False)
+        self.setWordWrap(False)
+        self.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.verticalHeader().setVisible(False)
+        self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        header = self.horizontalHeader()
+        header.setHighlightSections(False)
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setSectionResizeMode(COL_COMMAND, QHeaderView.ResizeMode.Stretch)
+        fm = self.fontMetrics()
+        bold = self.font()
+        bold.setBold(True)
+        hm = QFontMetrics(bold)
+        widths = {COL_GPU: "0/mig0", COL_PID: "0000000", COL_USER: "svc-llm-user",
+                  COL_VRAM: "000.0 GiB", COL_PCT: "100 %", COL_SM: "100 %", COL_CPU: "1000 %",
+                  COL_RSS: "000.0 GiB", COL_UPTIME: "00d 00h"}
+        for col, sample in widths.items():
+            # Room for the bold header text, its padding and the sort arrow.
+            self.setColumnWidth(col, max(fm.horizontalAdvance(sample) + 16,
+                                         hm.horizontalAdvance(COLUMNS[col]) + 40))
+        self.selectionModel().selectionChanged.connect(self._on_selection_changed)
+        self._selected: tuple | None = None
+        self._updating = False
+
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        before = self._selected
+        self._updating = True
+        try:
+            self.source_model.update_snapshot(snapshot)
+            if before is not None:
+                did, key = before
+                if self.source_model.row_for((did, key[0], key[1])) is None:
+                    # The selected process left: clear rather than let the selection
+                    # slide onto a neighbour (which would highlight another curve).
+                    self.clearSelection()
+                elif self.selected_key() != before:
+                    self.select_key(did, key)
+        finally:
+            self._updating = False
+        self._emit_if_changed()
+
+    def selected_key(self) -> tuple[str, Hashable] | None:
+        rows = self.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return rows[0].data(KEY_ROLE)
+
+    def select_key(self, display_id: str, key: Hashable) -> bool:
+        """Select the row of ``key`` (pid, create_time) on GPU ``display_id``."""
+        row = self.source_model.row_for((display_id, key[0], key[1]))
+        if row is None:
+            return False
+        index = self.proxy.mapFromSource(self.source_model.index(row, 0))
+        self.selectRow(index.row())
+        if not self._updating:
+            self.scrollTo(index)
+        return True
+
+    def visible_row_of(self, display_id: str, pid: int) -> int | None:
+        """The view row showing ``pid`` on ``display_id`` (for tests and scripting)."""
+        for r in range(self.proxy.rowCount()):
+            did, key = self.proxy.index(r, 0).data(KEY_ROLE)
+            if did == display_id and key[0] == pid:
+                return r
+        return None
+
+    def _on_selection_changed(self, selected: QItemSelection, deselected: QItemSelection) -> None:
+        if not self._updating:
+            self._emit_if_changed()
+
+    def _emit_if_changed(self) -> None:
+        current = self.selected_key()
+        if current == self._selected:
+            return
+        self._selected = current
+        if current is None:
+            self.process_selected.emit(None, None)
+        else:
+            self.process_selected.emit(current[0], current[1])
+
+
+__all__ = ["ProcessTable", "ProcessTableModel", "ProcessSortProxy", "COLUMNS", "SORT_ROLE",
+           "KEY_ROLE"]
