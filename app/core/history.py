@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.core.naming import process_label
 from app.core.samples import GpuSample, ProcessSample, Snapshot
 
 ProcessKey = tuple[int, float | None]  # (pid, create time)
@@ -306,7 +307,9 @@ class History:
 
 
 def _label(proc: ProcessSample) -> str:
-    return f"{proc.name or 'pid'} ({proc.pid})" if proc.name else f"pid {proc.pid}"
+    if not proc.name and not proc.command:
+        return f"pid {proc.pid}"
+    return process_label(proc)
 
 
 def _nanmax(values: np.ndarray) -> float:

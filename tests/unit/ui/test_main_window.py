@@ -68,7 +68,7 @@ def test_big_machine_eight_panels_and_aggregated_other(window, big_feed):
     biggest = max(snap.gpus[3].processes, key=lambda p: p.gpu_memory)
     assert biggest.key in panel.shown_keys()
     assert any(name.startswith("Other processes") for _, name in panel.legend.entries)
-    assert f"python ({biggest.pid})" in [name for _, name in panel.legend.entries]
+    assert f"worker.py ({biggest.pid})" in [name for _, name in panel.legend.entries]
 
 
 def test_none_values_show_na(window):
@@ -236,4 +236,4 @@ def test_hover_readout(window, demo_feed):
     window.refresh()
     text = window.panels["0"].hover_text_at(-10.0)
     assert text.splitlines()[0] == "10s ago"
-    assert "Device total:" in text and "python (20417):" in text
+    assert "Device total:" in text and "train.py (20417):" in text
