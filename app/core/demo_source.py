@@ -11,7 +11,6 @@ Per-tick work is vectorised with numpy because the benchmark scenario is
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import math
 import time
@@ -56,7 +55,7 @@ class DemoProcess:
     sm_jitter: float = 3.0
     start_s: float = 0.0  # first start, seconds after the demo opened
     lifetime_s: float | None = None
-    gap_s: float = 0.0  # absence between two lives (a restart gets a new pid)
+    gap_s: float = 0.0  # absence between two lives (a restart gets a new pid); inf: never back
     kind: str = "compute"
     cpu: float = 5.0  # typical CPU %
     rss: float = 2 * GiB  # typical host RSS in bytes
@@ -90,7 +89,12 @@ DEFAULT_PROCESSES = (
 
 def scaled_scenario(gpu_count: int, processes_per_gpu: int, seed: int = 0
                     ) -> tuple[tuple[DemoGpu, ...], tuple[DemoProcess, ...]]:
-    """A bigger machine for benchmarks: the default script, repeated and varied."""
+    """A bigger machine for benchmarks: exactly ``processes_per_gpu`` process
+    series per GPU.  Most run throughout; one in eight is a batch job that
+    starts within the first 30 min, runs 5-30 min and exits for good, so
+    processes come and go without adding series.  Slow leaks are saw-tooths
+    with a 30 min period (the leak is reclaimed), which keeps every GPU's
+    processes within its memory however long the scenario runs."""
     rng = np.random.default_rng(seed)
     gpus = tuple(DemoGpu(f"NVIDIA H100 80GB HBM3 (demo {i})", 80 * GiB, 700.0, 512 * MiB, 64 * MiB)
                  for i in range(gpu_count))
@@ -98,21 +102,20 @@ def scaled_scenario(gpu_count: int, processes_per_gpu: int, seed: int = 0
     share = 72 * GiB / processes_per_gpu
     for g in range(gpu_count):
         for j in range(processes_per_gpu):
-            shape = int(rng.integers(0, 4))
-            proc = DemoProcess(
-                g, "python", f"python worker.py --rank {g * processes_per_gpu + j}", None, shape,
-                base=share * float(rng.uniform(0.3, 0.6)), amp=share * 0.3,
-                period_s=float(rng.uniform(20, 90)), leak_rate=share / 3600,
-                sm=float(rng.uniform(0, 90)), lifetime_s=float(rng.uniform(60, 900)) if j % 8 == 7 else None,
-                gap_s=10.0, start_s=float(rng.uniform(0, 20)) if j % 8 == 7 else 0.0,
-                pid=100000 + g * 1000 + j * 10)
-            if shape == LEAK and proc.lifetime_s is None:
-                # A leaker that never restarts grows without bound and the
-                # processes would soon add up to more than the GPU holds; like
-                # the default script's leaker it restarts (after <= 15 min, so
-                # it leaks at most a quarter of its share).
-                proc = dataclasses.replace(proc, lifetime_s=600.0 + 300.0 * j / processes_per_gpu)
-            procs.append(proc)
+            batch = j % 8 == 7
+            shape = int(rng.integers(0, 3))  # CONSTANT, SAWTOOTH or a slow-leak saw-tooth
+            slow_leak = shape == LEAK
+            procs.append(DemoProcess(
+                g, "python", f"python worker.py --rank {g * processes_per_gpu + j}", None,
+                SAWTOOTH if slow_leak else shape,
+                base=share * float(rng.uniform(0.3, 0.6)),
+                amp=share * (0.25 if slow_leak else 0.3),
+                period_s=1800.0 if slow_leak else float(rng.uniform(20, 90)),
+                sm=float(rng.uniform(0, 90)),
+                start_s=float(rng.uniform(0, 1800)) if batch else 0.0,
+                lifetime_s=float(rng.uniform(300, 1800)) if batch else None,
+                gap_s=math.inf,  # a batch job that ends does not come back
+                pid=100000 + g * 1000 + j * 10))
     return gpus, tuple(procs)
 
 

@@ -11,9 +11,10 @@ Per-process series are rows of one 2-D float32 array per GPU, aligned with the
 GPU's tick slots, so appending a tick is one vectorised column write however
 many processes there are.  A process that exits keeps its row (NaN from then on)
 until its last value scrolls out of the coarse window, or until the row is
-needed and it is the longest-gone one.  Arrays are allocated with ``np.empty``
-and filled as time passes (a row's slots from before it was claimed are masked
-on read, not cleared), so resident memory grows to the bound, never past it.
+needed and it is the longest-gone one.  Process rows live in lazily committed
+memory and are filled as time passes (a row's slots from before it was claimed
+are masked on read, not cleared), so resident memory grows with the history
+actually held, up to the bound and never past it.
 
 Memory bound, per GPU: ``(fine + coarse slots) * (8 + 8 + 4 + 8)`` bytes for
 the device series and slot serials plus ``(fine + coarse slots) * 4 + 16`` bytes
@@ -27,7 +28,9 @@ graph; exact figures come from the latest sample) and float64 for the device.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import mmap
+from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 
@@ -54,10 +57,11 @@ class HistoryConfig:
         return max(2, math.ceil(self.coarse_span_s / self.coarse_step_s))
 
     def bound_bytes_per_gpu(self) -> int:
-        # Per ring slot: time f8 + used f8 + util f4 + serial i8; per process
-        # row: one f4 per slot plus its i8 ``row_since`` in each of the 2 rings.
+        # Per ring slot: time f8 + used f8 + util f4 + serial i8 + process total
+        # f8; per process row: one f4 per slot plus its i8 ``row_since`` in each
+        # of the 2 rings.
         slots = self.fine_slots + self.coarse_slots
-        return slots * (8 + 8 + 4 + 8) + self.max_process_rows * (slots * 4 + 2 * 8)
+        return slots * (8 + 8 + 4 + 8 + 8) + self.max_process_rows * (slots * 4 + 2 * 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +70,17 @@ class SeriesView:
 
     ``t`` is seconds relative to the newest sample (<= 0), ``used`` bytes,
     ``util`` percent (NaN = unknown), ``processes`` maps a process key to its
-    bytes per slot (NaN where the process was absent or its figure unknown).
+    bytes per slot (NaN where the process was absent or its figure unknown);
+    only the keys asked for when the view was made with ``keys``.
+    ``process_total`` is the sum over *all* processes per slot (the peak of
+    that sum in the coarse ring), so "everything else" needs no other rows.
     """
 
     t: np.ndarray
     used: np.ndarray
     util: np.ndarray
     processes: dict[ProcessKey, np.ndarray]
+    process_total: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
 class _Ring:
@@ -84,23 +92,15 @@ class _Ring:
         self.time = np.empty(slots, dtype=np.float64)
         self.used = np.empty(slots, dtype=np.float64)
         self.util = np.empty(slots, dtype=np.float32)
+        self.proc_total = np.empty(slots, dtype=np.float64)  # bytes, all processes
         self.serial = np.empty(slots, dtype=np.int64)  # write number held by each slot
-        self.rows = np.empty((0, slots), dtype=np.float32)
-        self.row_since = np.zeros(0, dtype=np.int64)  # first valid write number per row
+        # All rows up front, in lazily committed memory: a page becomes
+        # resident only when a process's values are first written to it.
+        self.rows = _lazy_array((max_rows, slots), np.float32)
+        self.row_since = np.zeros(max_rows, dtype=np.int64)  # first valid write number per row
         self.count = 0  # slots written so far, capped at ``slots``
         self.head = 0  # next slot to write
         self.written = 0  # writes so far
-
-    def ensure_rows(self, n: int) -> None:
-        if n <= self.rows.shape[0]:
-            return
-        new_n = min(self.max_rows, max(n, 2 * self.rows.shape[0], 8))
-        grown = np.empty((new_n, self.slots), dtype=np.float32)
-        grown[: self.rows.shape[0]] = self.rows
-        self.rows = grown
-        since = np.zeros(new_n, dtype=np.int64)
-        since[: self.row_since.shape[0]] = self.row_since
-        self.row_since = since
 
     def claim_row(self, row: int) -> None:
         """Start a row afresh: whatever it held before reads as absent."""
@@ -115,11 +115,12 @@ class _Ring:
         return series
 
     def push(self, t: float, used: float, util: float, row_values: np.ndarray | None,
-             active_rows: int) -> int:
+             active_rows: int, proc_total: float = float("nan")) -> int:
         slot = self.head
         self.time[slot] = t
         self.used[slot] = used
         self.util[slot] = util
+        self.proc_total[slot] = proc_total
         self.serial[slot] = self.written
         self.written += 1
         if active_rows:
@@ -170,8 +171,6 @@ class GpuHistory:
         elif self._next_row < self.config.max_process_rows:
             row = self._next_row
             self._next_row += 1
-            self.fine.ensure_rows(self._next_row)
-            self.coarse.ensure_rows(self._next_row)
         else:
             row = self._evict_longest_gone(now, live)
             if row is None:
@@ -207,8 +206,13 @@ class GpuHistory:
         self.memory_total = gpu.memory_total
         values = np.full(self._next_row, np.nan, dtype=np.float32) if self._next_row else None
         live = {proc.key for proc in gpu.processes}
+        proc_total = 0
+        known = False
         for proc in gpu.processes:
             key = proc.key
+            if proc.gpu_memory is not None:
+                proc_total += proc.gpu_memory
+                known = True
             row = self._row_for(key, now, live)
             if row is None:
                 continue
@@ -224,7 +228,8 @@ class GpuHistory:
                 self.labels[key] = _label(proc)
         used = float("nan") if gpu.memory_used is None else float(gpu.memory_used)
         util = float("nan") if gpu.utilization_gpu is None else float(gpu.utilization_gpu)
-        slot = self.fine.push(now, used, util, values, self._next_row)
+        total = float(proc_total) if known else float("nan")
+        slot = self.fine.push(now, used, util, values, self._next_row, total)
         self._roll_coarse(now, slot)
 
     def _roll_coarse(self, now: float, slot: int) -> None:
@@ -244,18 +249,32 @@ class GpuHistory:
         with np.errstate(all="ignore"), _nan_warnings_off():
             used = _nanmax(fine.used[cols])
             util = _nanmax(fine.util[cols])
+            proc_total = _nanmax(fine.proc_total[cols])
             block = fine.rows[:rows][:, cols]
             stale = fine.serial[cols][None, :] < fine.row_since[:rows][:, None]
             block[stale] = np.nan
             row_peaks = np.nanmax(block, axis=1) if rows else None
-        self.coarse.push(now, used, util, row_peaks, rows)
+        self.coarse.push(now, used, util, row_peaks, rows, proc_total)
         self._bucket_start = now
         self._bucket_first_slot = (slot + 1) % fine.slots
         self._expire(now)
 
     # -- reading --------------------------------------------------------------
-    def view(self, span_s: float) -> SeriesView:
-        """The last ``span_s`` seconds, from the fine ring when it covers them."""
+    def available(self, span_s: float) -> dict[ProcessKey, float]:
+        """Processes with history in the last ``span_s``: key → when last seen,
+        in seconds relative to the newest sample (<= 0)."""
+        newest = self.fine.newest_time()
+        if newest is None:
+            return {}
+        since = newest - span_s
+        return {key: seen - newest for key, seen in self.last_seen.items() if seen >= since}
+
+    def view(self, span_s: float, keys: Iterable[ProcessKey] | None = None) -> SeriesView:
+        """The last ``span_s`` seconds, from the fine ring when it covers them.
+
+        ``keys`` limits the process series copied (a plot shows a handful of
+        the up to 128 it could); None copies every process with data in span.
+        """
         # The fine ring also serves long spans until it has wrapped once: it then
         # still holds everything, at full resolution.
         fine_has_all = self.fine.count < self.fine.slots
@@ -270,11 +289,14 @@ class GpuHistory:
         order = order[keep]
         t = ring.time[order] - newest
         procs: dict[ProcessKey, np.ndarray] = {}
-        for key, row in self.row_of.items():
+        wanted = self.row_of.items() if keys is None else (
+            (key, self.row_of[key]) for key in keys if key in self.row_of)
+        for key, row in wanted:
             series = ring.row_series(row, order)
             if not np.all(np.isnan(series)):
                 procs[key] = series
-        return SeriesView(t, ring.used[order], ring.util[order].astype(np.float64), procs)
+        return SeriesView(t, ring.used[order], ring.util[order].astype(np.float64), procs,
+                          ring.proc_total[order])
 
 
 class History:
@@ -291,12 +313,17 @@ class History:
                 hist = self.gpus[gpu.display_id] = GpuHistory(self.config)
             hist.add(gpu, snapshot.monotonic)
 
-    def view(self, display_id: str, span_s: float) -> SeriesView:
+    def view(self, display_id: str, span_s: float,
+             keys: Iterable[ProcessKey] | None = None) -> SeriesView:
         hist = self.gpus.get(display_id)
         if hist is None:
             empty = np.empty(0)
             return SeriesView(empty, empty, empty, {})
-        return hist.view(span_s)
+        return hist.view(span_s, keys)
+
+    def available(self, display_id: str, span_s: float) -> dict[ProcessKey, float]:
+        hist = self.gpus.get(display_id)
+        return hist.available(span_s) if hist else {}
 
     def label(self, display_id: str, key: ProcessKey) -> str:
         hist = self.gpus.get(display_id)
@@ -310,6 +337,21 @@ def _label(proc: ProcessSample) -> str:
     if not proc.name and not proc.command:
         return f"pid {proc.pid}"
     return process_label(proc)
+
+
+def _lazy_array(shape: tuple[int, int], dtype: type) -> np.ndarray:
+    """A zeroed array whose pages are committed on first write.
+
+    numpy's allocator asks Linux for transparent huge pages on big arrays, so
+    one write per row (a tick writes a column across process rows) would make
+    a whole 2 MiB region resident; an anonymous mmap is committed 4 KiB at a
+    time, which keeps resident memory proportional to history actually held.
+    """
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if nbytes == 0:
+        return np.zeros(shape, dtype=dtype)
+    buffer = mmap.mmap(-1, nbytes)
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
 
 
 def _nanmax(values: np.ndarray) -> float:

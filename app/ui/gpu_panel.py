@@ -33,6 +33,7 @@ from app.core.samples import DeviceState, GpuSample
 from app.ui import palette as pal
 from app.ui.format import (
     GiB,
+    MiB,
     NA,
     fmt_ago,
     fmt_bytes,
@@ -248,6 +249,7 @@ class GpuPanel(QFrame):
         self._hover_x: float | None = None
         # Latest sample's processes: key -> bytes (None = unknown); absent = ended.
         self._live: dict[Hashable, int | None] = {}
+        self._available_count: int | None = None  # processes with history in span
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(14, 10, 14, 10)
@@ -536,6 +538,27 @@ class GpuPanel(QFrame):
         self.plot_dirty = False
         self._draw()
 
+    def wanted_keys(self, available: dict[Hashable, float]) -> list[Hashable]:
+        """Which process series to fetch from history for the next draw.
+
+        ``available`` maps every process with history in the span to when it
+        was last seen (seconds, <= 0).  Running processes rank by current VRAM,
+        ended ones by how recently they ran; the highlighted one is added.
+        Everything else is drawn as one "other" curve from the history's
+        per-slot total, so its rows are never copied.
+        """
+        live = self._live
+        running = [k for k in available if k in live]
+        running.sort(key=lambda k: -1.0 if live[k] is None else float(live[k]), reverse=True)
+        ended = sorted((k for k in available if k not in live), key=lambda k: available[k],
+                       reverse=True)
+        keys = (running + ended)[:TOP_N]
+        hl = self.highlighted_key
+        if hl is not None and hl in available and hl not in keys:
+            keys.append(hl)
+        self._available_count = len(available)
+        return keys
+
     def highlight(self, key: Hashable | None) -> None:
         """Emphasise ``key``'s curve (added even when not in the top N); None clears."""
         if key == self.highlighted_key:
@@ -613,7 +636,11 @@ class GpuPanel(QFrame):
         # gets ~2 x width points per curve whatever the span.
         sources: list[np.ndarray | None] = [view.used]
         sources += [view.processes[k] for k in self._shown_keys]
-        if rest_keys:
+        n_rest = len(rest_keys)
+        if self._available_count is not None:
+            n_rest = max(n_rest, self._available_count - len(top))
+        use_total = view.process_total.size == t.size
+        if n_rest:
             sources.append(None)  # "other": filled below
         if extra is not None:
             sources.append(view.processes[extra])
@@ -622,7 +649,14 @@ class GpuPanel(QFrame):
         for i, src in enumerate(sources):
             if src is not None:
                 matrix[i] = src
-        if rest_keys:
+        if n_rest and use_total:
+            # Everything but the top curves: the per-slot total minus them.
+            other = matrix[1 + len(self._shown_keys)]
+            top_rows = matrix[1:1 + len(self._shown_keys)]
+            shown = np.nansum(top_rows, axis=0) if len(top_rows) else 0.0
+            np.subtract(view.process_total, shown, out=other, casting="unsafe")
+            other[~(other >= MiB)] = np.nan  # nothing (or rounding noise) left: a gap
+        elif n_rest:
             block = np.vstack([view.processes[k] for k in rest_keys])
             absent = np.isnan(block)
             other = matrix[1 + len(self._shown_keys)]
@@ -631,7 +665,7 @@ class GpuPanel(QFrame):
         width_px = int(item.getViewBox().width()) or 1000
         x, ys = _peak_decimate(t, matrix, max(64, width_px))
         ys = ys.astype(np.float64) / GiB
-        other = rest_keys or None
+        other = n_rest or None
 
         row = iter(ys)
         self._set_curve(self.total_curve, x, next(row), None, fg, emphasised=False, dimmed=False)
@@ -655,8 +689,8 @@ class GpuPanel(QFrame):
             grey = pal.other_color(palette)
             self._set_curve(self.other_curve, x, next(row), None, grey, emphasised=False,
                             dimmed=dim, dashed=True)
-            others_now = sum(live[k] or 0 for k in rest_keys if k in live)
-            entries.append((OTHER_KEY, grey, f"Other processes ({len(rest_keys)})",
+            others_now = sum(v or 0 for k, v in live.items() if k not in top)
+            entries.append((OTHER_KEY, grey, f"Other processes ({n_rest})",
                             fmt_gib(others_now), True, False, dim))
         else:
             self.other_curve.hide()

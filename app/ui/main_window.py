@@ -278,7 +278,8 @@ class MainWindow(QMainWindow):
 
     # -- internals -----------------------------------------------------------------------
     def _refresh_panel(self, did: str, panel: GpuPanel) -> None:
-        view = self.history.view(did, self.span_s)
+        keys = panel.wanted_keys(self.history.available(did, self.span_s))
+        view = self.history.view(did, self.span_s, keys)
         panel.refresh_plot(view, functools.partial(self.history.label, did), self.span_s)
 
     def _panel_on_screen(self, panel: GpuPanel) -> bool:
@@ -312,7 +313,11 @@ class MainWindow(QMainWindow):
     def _on_process_selected(self, display_id: str | None, key: Hashable | None) -> None:
         self._selection = None if display_id is None else (display_id, key)
         for did, panel in self._panels.items():
-            panel.highlight(key if did == display_id else None)
+            wanted = key if did == display_id else None
+            if panel.highlighted_key != wanted:
+                panel.highlighted_key = wanted
+                # Fetch again: the view held only the curves shown until now.
+                self._refresh_panel(did, panel)
         if display_id in self._panels and self.isVisible():
             self.scroll.ensureWidgetVisible(self._panels[display_id], 0, 0)
 

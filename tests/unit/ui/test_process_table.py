@@ -157,3 +157,24 @@ def test_selection_signal(table, qtbot):
     with qtbot.waitSignal(table.process_selected) as blocker:
         table.update_snapshot(snap(gpu([a])))
     assert blocker.args == [None, None]
+
+
+def test_rows_resort_live_and_the_selection_follows_its_process(table):
+    # Default order: VRAM, largest first.
+    a, b, c = proc(1, 1 * GiB), proc(2, 2 * GiB), proc(3, 3 * GiB)
+    table.update_snapshot(snap(gpu([a, b, c])))
+    assert [int(p) for p in column(table, COL_PID)] == [3, 2, 1]
+    table.select_key("0", a.key)
+
+    # pid 1 grows past the others: it moves to the top, still selected.
+    table.update_snapshot(snap(gpu([a._replace(gpu_memory=5 * GiB), b, c])))
+    assert [int(p) for p in column(table, COL_PID)] == [1, 3, 2]
+    assert table.selected_key() == ("0", a.key)
+    assert table.selectionModel().selectedRows()[0].row() == 0
+
+
+def test_filter_keeps_only_matching_rows(table):
+    table.update_snapshot(snap(gpu([proc(1, GiB, command="python train.py"),
+                                    proc(2, GiB, command="python serve.py")])))
+    table.proxy.setFilterFixedString("serve")
+    assert [int(p) for p in column(table, COL_PID)] == [2]
