@@ -172,14 +172,25 @@ class _LegendRow(QWidget):
                 f"background: transparent; border-top: 3px {style} rgba({c.red()},{c.green()},"
                 f"{c.blue()},{c.alpha()});")
             self.full_name = name
-            metrics = self.name.fontMetrics()
-            self.name.setText(metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, 150))
+            self.name.setText(_elide_keeping_pid(self.name.fontMetrics(), name, 128))
             self.name.setToolTip(name)
             font = self.name.font()
             font.setBold(emphasised)
             self.name.setFont(font)
             self.name.setEnabled(not dimmed)
         self.value.setText(value)
+
+
+def _elide_keeping_pid(metrics, name: str, width: int) -> str:
+    """Shorten "vllm.entrypoints.openai.api_server (9121)" without losing the pid."""
+    if metrics.horizontalAdvance(name) <= width:
+        return name
+    head, sep, pid = name.rpartition(" (")
+    if not sep or not pid.endswith(")"):
+        return metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, width)
+    tail = f" ({pid}"
+    room = max(24, width - metrics.horizontalAdvance(tail))
+    return metrics.elidedText(head, Qt.TextElideMode.ElideRight, room) + tail
 
 
 class LegendPanel(QWidget):

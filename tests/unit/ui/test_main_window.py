@@ -237,3 +237,40 @@ def test_hover_readout(window, demo_feed):
     text = window.panels["0"].hover_text_at(-10.0)
     assert text.splitlines()[0] == "10s ago"
     assert "Device total:" in text and "train.py (20417):" in text
+
+
+def test_moving_the_mouse_over_a_plot_shows_the_readout(window, demo_feed, qtbot):
+    window.resize(1280, 860)
+    window.show()
+    qtbot.waitExposed(window)
+    demo_feed.step(window, 4 * 60)
+    window.refresh(force=True)
+    panel = window.panels["0"]
+    vb = panel.plot.getPlotItem().getViewBox()
+    # A point a third of the way into the plot area, in the scene, then in the viewport.
+    rect = vb.sceneBoundingRect()
+    scene_point = rect.topLeft() + (rect.bottomRight() - rect.topLeft()) / 3
+    # The same path a real mouse move takes: the scene's sigMouseMoved, rate-limited.
+    panel.plot.scene().sigMouseMoved.emit(scene_point)
+    qtbot.waitUntil(lambda: panel.hover_text.isVisible(), timeout=2000)
+    expected_x = vb.mapSceneToView(scene_point).x()
+    assert panel.cursor_line.isVisible()
+    assert abs(panel.cursor_line.value() - expected_x) < 1e-6
+    text = panel.hover_text.textItem.toPlainText()
+    assert "Device total:" in text and "ago" in text.splitlines()[0]
+    # Leaving the plot area hides it.
+    panel.plot.scene().sigMouseMoved.emit(rect.topLeft() - (rect.bottomRight() - rect.topLeft()))
+    qtbot.waitUntil(lambda: not panel.hover_text.isVisible(), timeout=2000)
+
+
+def test_long_legend_names_are_shortened_but_keep_the_pid(qtbot):
+    from PySide6.QtWidgets import QLabel
+
+    from app.ui.gpu_panel import _elide_keeping_pid
+
+    metrics = QLabel().fontMetrics()
+    name = "vllm.entrypoints.openai.api_server (9121)"
+    short = _elide_keeping_pid(metrics, name, 150)
+    assert short.endswith(" (9121)") and short.startswith("vllm")
+    assert metrics.horizontalAdvance(short) <= 150 + metrics.horizontalAdvance("…")
+    assert _elide_keeping_pid(metrics, "Xorg (1843)", 150) == "Xorg (1843)"
