@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import time
 
+from app.core.agents import AgentDirectory
 from app.core.host_processes import HostProcessReader
 from app.core.samples import GpuSample, Snapshot
 from app.core.source import GpuSource, SourceUnavailable
@@ -22,9 +23,12 @@ class Collector:
     #: (the driver may come back: module reload, GPU reset).
     RETRY_AFTER_S = 5.0
 
-    def __init__(self, source: GpuSource, host: HostProcessReader | None = None) -> None:
+    def __init__(self, source: GpuSource, host: HostProcessReader | None = None,
+                 agents: AgentDirectory | None = None) -> None:
         self.source = source
         self._host = host
+        self.agents = agents
+        self._agents_started = False
         self._opened = False
         self._driver_version: str | None = None
         self._failed_at: float | None = None
@@ -32,6 +36,13 @@ class Collector:
 
     def open(self) -> None:
         """Open the source; raises :class:`SourceUnavailable` with the reason."""
+        if self.agents is not None and not self._agents_started:
+            # Started even when the source then fails: agents answer without NVML.
+            self._agents_started = True
+            try:
+                self.agents.start()
+            except Exception:
+                log.exception("starting the agent directory failed")
         self.source.open()
         self._opened = True
         self._driver_version = self.source.driver_version()
@@ -56,8 +67,18 @@ class Collector:
         self._failed_at = None
         if self._host is not None and self.source.wants_host_details:
             gpus = self._enrich(self._host, gpus)
+        agents = self._agent_reports()
         return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
-                        gpus, None, time.perf_counter() - started)
+                        gpus, None, time.perf_counter() - started, agents)
+
+    def _agent_reports(self) -> dict:
+        if self.agents is None:
+            return {}
+        try:
+            return self.agents.reports()  # a copy under a lock: no I/O
+        except Exception:
+            log.exception("reading agent reports failed")
+            return {}
 
     @staticmethod
     def _enrich(host: HostProcessReader, gpus: tuple[GpuSample, ...]) -> tuple[GpuSample, ...]:
@@ -93,9 +114,28 @@ class Collector:
 
     def _error_snapshot(self, reason: str, started: float) -> Snapshot:
         return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
-                        (), reason, time.perf_counter() - started)
+                        (), reason, time.perf_counter() - started, self._agent_reports())
 
     def close(self) -> None:
+        if self._agents_started and self.agents is not None:
+            self._agents_started = False
+            try:
+                self.agents.close()
+            except Exception:
+                log.exception("closing the agent directory failed")
         if self._opened:
             self.source.close()
             self._opened = False
+
+
+def default_agents_for(source: GpuSource) -> AgentDirectory:
+    """Simulated agents for the demo, real ones (AgentHub) for anything else."""
+    from app.core.demo_source import DemoSource
+
+    if isinstance(source, DemoSource):
+        from app.core.demo_agents import DemoAgents
+
+        return DemoAgents(source)
+    from app.core.agent_hub import AgentHub
+
+    return AgentHub()

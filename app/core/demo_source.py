@@ -156,10 +156,20 @@ class DemoSource(GpuSource):
         spread = int(self._pid.max() - self._pid.min()) if len(p) else 0
         self._pid_stride = max(7, spread + 1)
         self._static = [(x.kind, x.name, x.user or user, x.command) for x in p]
+        # Simulated agent actions (DemoAgents): a saw-tooth's tooth restarted
+        # at ``_phase`` (its cache released), or ``_released`` bytes given back
+        # for the rest of life ``_released_life``.
+        self._phase = np.zeros(len(p))
+        self._released = np.zeros(len(p))
+        self._released_life = np.full(len(p), -1.0)
+        self._watched = np.zeros(0, dtype=np.int64)
+        #: pid -> WatchedState of the watched processes present at the last read
+        self.watched_state: dict[int, WatchedState] = {}
 
-    def open(self) -> None:
-        self._opened_at = self.clock()
-        self._epoch = time.time()
+    def open(self, elapsed: float = 0.0) -> None:
+        """Start the script, ``elapsed`` seconds in (the CLI shows the demo mid-run)."""
+        self._opened_at = self.clock() - elapsed
+        self._epoch = time.time() - elapsed
 
     def driver_version(self) -> str | None:
         return "demo"
@@ -183,12 +193,14 @@ class DemoSource(GpuSource):
 
         mem = self._base.copy()
         saw = self._shape == SAWTOOTH
-        mem[saw] += self._amp[saw] * np.mod(local[saw] / self._period[saw], 1.0)
+        mem[saw] += self._amp[saw] * np.mod((local[saw] - self._phase[saw]) / self._period[saw], 1.0)
         leak = self._shape == LEAK
         mem[leak] += self._leak[leak] * local[leak]
         ramp = self._shape == RAMP
         mem[ramp] *= np.clip(local[ramp] / self._period[ramp], 0.02, 1.0)
         mem += noise[0] * 2 * MiB * (self._shape != CONSTANT)
+        released = np.where(cycles == self._released_life, self._released, 0.0)
+        mem -= released
         mem = np.maximum(mem, 64 * MiB)
         mem = np.round(mem / MiB) * MiB  # drivers report whole MiB
 
@@ -219,6 +231,12 @@ class DemoSource(GpuSource):
         sm_sum = np.bincount(self._gpu_of[idx], weights=np.round(sm[idx]), minlength=gpu_count)
         bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
 
+        if len(self._watched):
+            self.watched_state = {
+                int(pid[i]): WatchedState(int(i), int(self._gpu_of[i]), int(mem[i]),
+                                          float(released[i]), t, tick)
+                for i in self._watched.tolist() if present[i]}
+
         samples = []
         for g, spec in enumerate(self.gpus):
             procs = tuple(built[bounds[g]:bounds[g + 1]])
@@ -233,6 +251,43 @@ class DemoSource(GpuSource):
                 temperature=round(34 + 0.45 * util), power_draw=round(spec.power_limit * (0.08 + 0.8 * util / 100), 1),
                 power_limit=spec.power_limit, processes=procs))
         return tuple(samples)
+
+
+    # -- simulated agent actions (app.core.demo_agents)
+    def watch(self, indices: list[int]) -> None:
+        """Keep ``watched_state`` for these process indices (into ``processes``)."""
+        self._watched = np.array(sorted(set(indices)), dtype=np.int64)
+
+    def release(self, index: int, nbytes: int) -> None:
+        """Process ``index`` gives ``nbytes`` of cached memory back to the driver now.
+
+        A saw-tooth process (a training job whose cache grows each epoch)
+        restarts its tooth, so the cache regrows; any other keeps the release
+        for the rest of its current life.
+        """
+        t = self.elapsed()
+        start, cycle = float(self._start[index]), float(self._cycle[index])
+        life = 0.0 if math.isinf(cycle) else math.floor((t - start) / cycle)
+        if self._shape[index] == SAWTOOTH:
+            local = t - start - (0.0 if math.isinf(cycle) else life * cycle)
+            self._phase[index] = local
+            return
+        if self._released_life[index] != life:
+            self._released_life[index] = life
+            self._released[index] = 0.0
+        self._released[index] += max(0, int(nbytes)) // MiB * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedState:
+    """A watched demo process at the last read (for its simulated agent)."""
+
+    index: int  # into DemoSource.processes
+    gpu: int
+    memory: int  # bytes, the NVML per-process figure reported
+    released: float  # bytes given back by free-cache during this life
+    elapsed: float  # seconds since the demo opened
+    tick: int
 
 
 def _current_user() -> str:

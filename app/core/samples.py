@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 
 class HostStatus(str, enum.Enum):
@@ -117,3 +117,5 @@ class Snapshot:
     gpus: tuple[GpuSample, ...]
     error: str | None = None  # source-wide problem (e.g. driver vanished)
     sample_cost: float = 0.0  # seconds this tick took to collect
+    # Latest report of each attached agent, by pid (app.core.agent_types.AgentReport).
+    agents: Mapping[int, Any] = field(default_factory=dict)

@@ -49,6 +49,7 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     from PySide6.QtWidgets import QApplication
 
     from app.core.history import History, HistoryConfig
+    from app.ui.agent_actions import AgentActionRunner
     from app.ui.main_window import MainWindow
     from app.ui.sampler import Sampler, clamp_period
 
@@ -69,6 +70,10 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     sampler.snapshot_ready.connect(window.on_snapshot)
     window.demo_requested.connect(lambda: sampler.switch_source(_source_factory(True, seed)))
     window.retry_requested.connect(sampler.retry)
+    # Agent actions (Free cache, Run gc) run on the runner's thread pool against the
+    # sampler's current agent directory (it changes with the source).
+    runner = AgentActionRunner(lambda: sampler.agents, window)
+    window.set_action_runner(runner)
 
     if screenshot:
         rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
@@ -76,6 +81,7 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
         window.show()
         sampler.start()
         rc = qt_app.exec()
+    runner.wait(2000)
     if not sampler.stop():
         # A driver call that never returns (a GPU lost mid-call) keeps the
         # sampler thread busy; don't let it hold the app open or crash teardown.

@@ -116,3 +116,34 @@ def fmt_memory_usage(used: int | None, total: int | None) -> str:
         return NA
     pct = NA if _unknown(used) or not total else fmt_percent(100.0 * used / total)
     return f"{fmt_gib(used)} / {fmt_gib(total)} ({pct})"
+
+
+def fmt_count(value: int | float | None) -> str:
+    """Parameter counts: ``512``, ``950 K``, ``25.6 M``, ``1.2 B``; ``n/a`` for None."""
+    if _unknown(value):
+        return NA
+    n = float(value)
+    for unit, name in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= unit:
+            scaled = n / unit
+            return f"{scaled:.1f} {name}" if abs(scaled) < 100 else f"{scaled:.0f} {name}"
+    return f"{int(n)}"
+
+
+def fmt_since(seconds: float | None) -> str:
+    """How long ago something happened: ``just now``, ``42 s ago``, ``3 min ago``,
+    ``2 h ago``, ``3 d ago``; ``never`` for None (it has not happened)."""
+    if seconds is None:
+        return "never"
+    if _unknown(seconds):
+        return NA
+    seconds = max(0.0, float(seconds))
+    if seconds < 5:
+        return "just now"
+    if seconds < 60:
+        return f"{int(seconds)} s ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    return f"{int(seconds // 86400)} d ago"

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from app.core.history import SeriesView
 from app.core.samples import DeviceState, GpuSample
 from app.ui import palette as pal
+from app.ui.agent_views import AgentSection
 from app.ui.format import (
     GiB,
     MiB,
@@ -45,6 +46,7 @@ from app.ui.format import (
 )
 
 TOP_N = 8
+MIN_HEIGHT = 262  # px without the "PyTorch memory" section
 OTHER_KEY = "__other__"
 TOTAL_KEY = "__total__"
 LIMIT_KEY = "__capacity__"
@@ -386,7 +388,13 @@ class GpuPanel(QFrame):
         body.addWidget(self.legend, 0)
         outer.addLayout(body, 1)
 
-        self.setMinimumHeight(262)
+        # -- PyTorch memory of the processes with an agent (hidden without agents) ------
+        self.agent_section = AgentSection(self)
+        self.agent_section.setVisible(False)
+        outer.addWidget(self.agent_section)
+
+        self._section_shape: tuple[bool, int] = (False, 0)
+        self.setMinimumHeight(MIN_HEIGHT)
         self._apply_theme()
 
     # -- construction helpers -------------------------------------------------------
@@ -524,6 +532,32 @@ class GpuPanel(QFrame):
             self.memory_label.setText(NA)
         if state_changed:
             self._style_state()
+
+    def update_agents(self, gpu: GpuSample, agents: Mapping, busy: bool = False,
+                      can_act: bool = False) -> None:
+        """Per-snapshot update of the "PyTorch memory" section: shown while any agent
+        reports (``agents``: pid -> AgentReport), hidden otherwise."""
+        section = self.agent_section
+        if not agents:
+            if not section.isHidden():
+                section.setVisible(False)
+                self._fit_agent_section()
+            return
+        if section.isHidden():
+            section.setVisible(True)
+        section.update_gpu(gpu, agents, busy, can_act)
+        self._fit_agent_section()
+
+    def _fit_agent_section(self) -> None:
+        """Grow the panel's minimum height by the section's, so the plot keeps its room
+        (only when the section's row count changes)."""
+        section = self.agent_section
+        shape = (not section.isHidden(), len(section.visible_rows()))
+        if shape == self._section_shape:
+            return
+        self._section_shape = shape
+        extra = section.sizeHint().height() + self.layout().spacing() if shape[0] else 0
+        self.setMinimumHeight(MIN_HEIGHT + extra)
 
     def memory_text(self) -> str:
         return self.memory_label.text()

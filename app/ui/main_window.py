@@ -17,6 +17,7 @@ from collections.abc import Hashable
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
+    QPushButton,
     QFrame,
     QGridLayout,
     QHBoxLayout,
@@ -33,7 +34,9 @@ from PySide6.QtWidgets import (
 from app.core.history import History
 from app.core.samples import DeviceState, Snapshot
 from app.ui import palette as pal
-from app.ui.format import fmt_gib
+from app.ui.agent_actions import FREE, AgentAction, AgentActionRunner
+from app.ui.agent_views import ProcessDetailView
+from app.ui.format import fmt_bytes, fmt_gib
 from app.ui.gpu_panel import GpuPanel
 from app.ui.no_driver import NoDriverView
 from app.ui.process_table import ProcessTable
@@ -69,6 +72,13 @@ class MainWindow(QMainWindow):
         self._drawn_wall = 0.0  # time.monotonic() of the last redraw
         #: Number of plot redraws done by :meth:`refresh` (diagnostics and tests).
         self.plot_refreshes = 0
+        #: Runs agent actions off the GUI thread; None: actions unavailable (see
+        #: :meth:`set_action_runner`).
+        self.runner: AgentActionRunner | None = None
+        self.details: ProcessDetailView | None = None  # made on first use
+        self._measuring: list[AgentAction] = []  # finished frees awaiting NVML's figures
+        #: The last finished or running action's summary (status bar text).
+        self.last_action: AgentAction | None = None
 
         self.setWindowTitle(APP_TITLE)
         self.resize(1280, 860)
@@ -144,8 +154,16 @@ class MainWindow(QMainWindow):
         self.filter_edit.setPlaceholderText("Filter processes…")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.setMaximumWidth(260)
+        self.details_button = QPushButton("Details…", table_box)
+        self.details_button.setObjectName("detailsButton")
+        self.details_button.setEnabled(False)
+        self.details_button.setToolTip("Select a process with a VRAM Steward agent to see its "
+                                       "models and PyTorch memory (or double-click its row)")
+        self.details_button.clicked.connect(self._on_details_button)
+        self.details_button.setVisible(False)  # shown once agents report
         thead.addWidget(table_title)
         thead.addWidget(self.process_count_label, 1)
+        thead.addWidget(self.details_button)
         thead.addWidget(self.filter_edit)
         tlay.addLayout(thead)
         self.table = ProcessTable(table_box)
@@ -174,15 +192,19 @@ class MainWindow(QMainWindow):
         self.period_label = QLabel("", self)
         self.cost_label = QLabel("", self)
         self.problem_label = QLabel("", self)
+        self.action_label = QLabel("", self)
+        self.action_label.setObjectName("actionStatus")
         for w in (self.period_label, self.cost_label):
             w.setObjectName("secondary")
         bar.addWidget(self.source_label)
-        bar.addWidget(self.problem_label, 1)
+        bar.addWidget(self.problem_label, 0)
+        bar.addWidget(self.action_label, 1)
         bar.addPermanentWidget(self.period_label)
         bar.addPermanentWidget(self.cost_label)
 
         self.span_combo.currentIndexChanged.connect(self._on_span_combo)
         self.table.process_selected.connect(self._on_process_selected)
+        self.table.details_requested.connect(self.open_details)
         self._select_span_in_combo(self.span_s)
 
         self.display_timer = QTimer(self)
@@ -219,6 +241,9 @@ class MainWindow(QMainWindow):
 
         seen = set()
         added = removed = False
+        agents = snapshot.agents
+        busy = self.runner.busy_pids() if self.runner is not None else set()
+        can_act = self.runner is not None
         for gpu in snapshot.gpus:
             seen.add(gpu.display_id)
             panel = self._panels.get(gpu.display_id)
@@ -227,9 +252,15 @@ class MainWindow(QMainWindow):
                 panel.set_span(self.span_s)
                 if self._selection and self._selection[0] == gpu.display_id:
                     panel.highlight(self._selection[1])
+                panel.agent_section.free_all_requested.connect(
+                    functools.partial(self.free_all_caches, gpu.display_id))
+                panel.agent_section.details_requested.connect(self.open_details)
                 self._panels[gpu.display_id] = panel
                 added = True
             panel.update_sample(gpu)
+            if agents or not panel.agent_section.isHidden():
+                gpu_busy = bool(busy) and any(p.pid in busy for p in gpu.processes)
+                panel.update_agents(gpu, agents, gpu_busy, can_act)
         for did in [d for d in self._panels if d not in seen]:
             panel = self._panels.pop(did)
             self.panels_layout.removeWidget(panel)
@@ -239,6 +270,13 @@ class MainWindow(QMainWindow):
             self._layout_panels()
         self.table.update_snapshot(snapshot)
         self._update_summary(snapshot)
+        if agents and self.details_button.isHidden():
+            self.details_button.setVisible(True)
+        self._update_details_button()
+        if self._measuring:
+            self._measure(snapshot)
+        if self.details is not None and self.details.isVisible():
+            self.details.update_snapshot(snapshot, self.details.pid in busy, can_act)
 
     @Slot()
     def refresh(self, force: bool = False) -> None:
@@ -276,6 +314,159 @@ class MainWindow(QMainWindow):
             panel.set_span(seconds)
         self.refresh(force=True)
 
+    # -- agent actions -------------------------------------------------------------------
+    def set_action_runner(self, runner: AgentActionRunner | None) -> None:
+        """Enable agent actions (Free cache, Run gc): they run through ``runner``.
+
+        Without a runner (the default) the agent figures are shown but the action
+        buttons stay disabled."""
+        if self.runner is not None:
+            for sig, slot in ((self.runner.action_started, self._on_action_update),
+                              (self.runner.action_progress, self._on_action_progress),
+                              (self.runner.action_finished, self._on_action_finished)):
+                sig.disconnect(slot)
+        self.runner = runner
+        if runner is not None:
+            runner.action_started.connect(self._on_action_update)
+            runner.action_progress.connect(self._on_action_progress)
+            runner.action_finished.connect(self._on_action_finished)
+        self._refresh_agent_widgets()
+
+    def free_cache(self, pid: int) -> AgentAction | None:
+        """Empty the PyTorch cache of process ``pid`` (off the GUI thread)."""
+        if self.runner is None or pid in self.runner.busy_pids():
+            return None
+        action = AgentAction.free((pid,), self._latest, {pid: self._process_label(pid)})
+        self.runner.submit(action)
+        return action
+
+    def free_all_caches(self, display_id: str) -> AgentAction | None:
+        """Empty the cache of every agent process on GPU ``display_id``, one after another."""
+        panel = self._panels.get(display_id)
+        if self.runner is None or panel is None:
+            return None
+        freeable = dict(panel.agent_section.freeable)
+        busy = self.runner.busy_pids()
+        pids = [pid for pid in freeable if pid not in busy]
+        if not pids:
+            return None
+        action = AgentAction.free(pids, self._latest, {p: freeable[p] for p in pids},
+                                  display_id=display_id)
+        self.runner.submit(action)
+        return action
+
+    def run_gc(self, pid: int) -> AgentAction | None:
+        if self.runner is None or pid in self.runner.busy_pids():
+            return None
+        action = AgentAction.gc(pid, self._process_label(pid))
+        self.runner.submit(action)
+        return action
+
+    def open_details(self, pid: int) -> ProcessDetailView:
+        """Show the detail view of process ``pid`` (non-modal; follows snapshots)."""
+        if self.details is None:
+            self.details = ProcessDetailView(self)
+            self.details.free_requested.connect(self.free_cache)
+            self.details.gc_requested.connect(self.run_gc)
+        view = self.details
+        view.set_process(pid)
+        if self._latest is not None:
+            busy = self.runner is not None and pid in self.runner.busy_pids()
+            view.update_snapshot(self._latest, busy, self.runner is not None)
+        if self.last_action is not None and pid in self.last_action.pids:
+            self._show_in_details(self.last_action)
+        view.show()
+        view.raise_()
+        return view
+
+    def _process_label(self, pid: int) -> str:
+        from app.core.naming import process_label
+
+        if self._latest is not None:
+            for gpu in self._latest.gpus:
+                for p in gpu.processes:
+                    if p.pid == pid and (p.name or p.command):
+                        return process_label(p)
+        return f"pid {pid}"
+
+    def _on_details_button(self) -> None:
+        agent = self.table.selected_agent()
+        if agent is not None:
+            self.open_details(agent.pid)
+
+    def _update_details_button(self) -> None:
+        enabled = self.table.selected_agent() is not None
+        if self.details_button.isEnabled() != enabled:
+            self.details_button.setEnabled(enabled)
+
+    def _on_action_progress(self, action: AgentAction, result: object) -> None:
+        self._on_action_update(action)
+
+    def _on_action_update(self, action: AgentAction) -> None:
+        self.last_action = action
+        self._show_action(action)
+        self._refresh_agent_widgets()
+
+    def _on_action_finished(self, action: AgentAction) -> None:
+        if action.kind == FREE and any(r.ok for r in action.results.values()):
+            self._measuring.append(action)
+        self._on_action_update(action)
+
+    def _measure(self, snapshot: Snapshot) -> None:
+        settle = self.runner.settle_s if self.runner is not None else 0.5
+        for action in list(self._measuring):
+            if action.measure(snapshot, settle_s=settle):
+                self._measuring.remove(action)
+                self._show_action(action)
+
+    def _show_action(self, action: AgentAction) -> None:
+        """Put an action's outcome in the status bar, its GPU panel and the detail view."""
+        text = action.summary()
+        details = "\n".join(action.details())
+        if action.kind == FREE:
+            failed = action.done and not any(r.ok for r in action.results.values())
+        else:
+            failed = action.done and bool(action.errors)
+        self.action_label.setText(text)
+        self.action_label.setToolTip(details)
+        crit = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
+        self.action_label.setStyleSheet(f"color: {crit};" if failed else "")
+        if action.display_id is not None and action.display_id in self._panels:
+            self._panels[action.display_id].agent_section.set_result(
+                _panel_text(action), f"{text}\n{details}")
+        self._show_in_details(action)
+
+    def _show_in_details(self, action: AgentAction) -> None:
+        view = self.details
+        if view is None or view.pid not in action.pids:
+            return
+        if len(action.pids) == 1:
+            text = action.summary()
+        else:
+            line = next((l for l in action.details()
+                         if l.startswith(action.label(view.pid) + ":")), "")
+            text = (f"{line} — part of “Free all caches” on GPU {action.display_id}"
+                     if line else action.summary())
+        r = action.results.get(view.pid)
+        error = (r is not None and not r.ok) or (action.kind != FREE and action.done
+                                                and bool(action.errors))
+        view.show_result(text, "\n".join(action.details()), error=error)
+
+    def _refresh_agent_widgets(self) -> None:
+        """Button states right away (not only at the next snapshot)."""
+        snap = self._latest
+        if snap is None:
+            return
+        busy = self.runner.busy_pids() if self.runner is not None else set()
+        can_act = self.runner is not None
+        for gpu in snap.gpus:
+            panel = self._panels.get(gpu.display_id)
+            if panel is not None and snap.agents:
+                panel.update_agents(gpu, snap.agents,
+                                    any(p.pid in busy for p in gpu.processes), can_act)
+        if self.details is not None and self.details.isVisible():
+            self.details.update_snapshot(snap, self.details.pid in busy, can_act)
+
     # -- internals -----------------------------------------------------------------------
     def _refresh_panel(self, did: str, panel: GpuPanel) -> None:
         keys = panel.wanted_keys(self.history.available(did, self.span_s))
@@ -312,6 +503,7 @@ class MainWindow(QMainWindow):
 
     def _on_process_selected(self, display_id: str | None, key: Hashable | None) -> None:
         self._selection = None if display_id is None else (display_id, key)
+        self._update_details_button()
         for did, panel in self._panels.items():
             wanted = key if did == display_id else None
             if panel.highlighted_key != wanted:
@@ -422,6 +614,20 @@ class MainWindow(QMainWindow):
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1280, 860)
+
+
+def _panel_text(action: AgentAction) -> str:
+    """The short result beside a panel's "Free all caches" button."""
+    if not action.done:
+        return "Freeing…"
+    if not any(r.ok for r in action.results.values()):
+        return "Free cache failed"
+    text = f"Freed {fmt_bytes(action.freed)}"
+    if not action.measured:
+        return text + " · measuring…"
+    if action.gpu_released is None:
+        return text + " · NVML n/a"
+    return text + f" · NVML shows {fmt_bytes(max(0, action.gpu_released))} released"
 
 
 def _span_text(seconds: float) -> str:

@@ -46,6 +46,16 @@ LEVEL_COLORS: dict[str, str] = {
 }
 
 
+# VRAM breakdown of a PyTorch process (agent figures): model parameters and other
+# live tensors in two blues, the allocator's cache (what "free cache" returns) in
+# orange; the CUDA context and non-PyTorch memory take a theme grey (context_color).
+BREAKDOWN_PARAMS = "#2F7FD0"
+BREAKDOWN_TENSORS = "#56B4E9"
+BREAKDOWN_CACHE = "#E69F00"
+# The marker of processes with an agent (PyTorch's own orange-red).
+AGENT_COLOR = "#EE4C2C"
+
+
 def level_for(fraction: float | None) -> str:
     """``normal`` below 75 %, ``warning`` from 75 % to under 90 %, ``critical`` from 90 %."""
     if fraction is None or fraction != fraction:  # None or NaN
@@ -134,6 +144,12 @@ def other_color(palette: QPalette) -> QColor:
     """The aggregated "other processes" curve: a neutral grey on either theme."""
     return blend(palette.color(QPalette.ColorRole.WindowText),
                  palette.color(QPalette.ColorRole.Base), 0.5)
+
+
+def context_color(palette: QPalette) -> QColor:
+    """The "context & non-PyTorch" part of a breakdown bar: a grey on either theme."""
+    return blend(palette.color(QPalette.ColorRole.WindowText),
+                 palette.color(QPalette.ColorRole.Base), 0.62)
 
 
 def is_dark(palette: QPalette) -> bool:

@@ -23,19 +23,22 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFontMetrics, QGuiApplication
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
+from app.core.agent_types import AgentReport, DeviceMemory
 from app.core.samples import HostStatus, ProcessSample, Snapshot
 from app.ui import palette as pal
 from app.ui.format import NA, fmt_bytes, fmt_duration, fmt_percent
 
 RowKey = tuple[str, int, float | None]  # (gpu display_id, pid, create_time)
 
-COLUMNS = ("GPU", "PID", "User", "Command", "VRAM", "% of GPU", "SM %", "CPU %", "RSS", "Uptime")
-(COL_GPU, COL_PID, COL_USER, COL_COMMAND, COL_VRAM, COL_PCT, COL_SM, COL_CPU, COL_RSS,
- COL_UPTIME) = range(len(COLUMNS))
-NUMERIC = {COL_PID, COL_VRAM, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
+COLUMNS = ("GPU", "PID", "User", "Command", "PyTorch", "VRAM", "Cache", "% of GPU", "SM %",
+           "CPU %", "RSS", "Uptime")
+(COL_GPU, COL_PID, COL_USER, COL_COMMAND, COL_AGENT, COL_VRAM, COL_CACHE, COL_PCT, COL_SM,
+ COL_CPU, COL_RSS, COL_UPTIME) = range(len(COLUMNS))
+NUMERIC = {COL_PID, COL_VRAM, COL_CACHE, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
 KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # (display_id, (pid, create_time))
+AGENT_ROLE = Qt.ItemDataRole.UserRole + 3  # the process's AgentReport, or None
 
 _COLUMN_TIPS = {
     COL_VRAM: "GPU memory used by this process on this GPU",
@@ -43,7 +46,34 @@ _COLUMN_TIPS = {
     COL_SM: "Share of the GPU's streaming multiprocessors (recent average)",
     COL_CPU: "CPU use in percent of one core",
     COL_RSS: "Host (CPU) resident memory",
+    COL_AGENT: "PyTorch version reported by the VRAM Steward agent in the process\n"
+               "(blank: no agent in this process)",
+    COL_CACHE: "PyTorch's cached, unused GPU memory (reserved − allocated) on this GPU:\n"
+               "what Free cache can return. n/a without an agent.",
 }
+
+_NO_AGENT = "No VRAM Steward agent in this process: PyTorch figures unknown"
+
+
+def _agent_icon():
+    """A small PyTorch-orange dot marking rows with an agent (made once)."""
+    global _ICON
+    if _ICON is None:
+        from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+
+        pm = QPixmap(16, 16)
+        pm.fill(Qt.GlobalColor.transparent)
+        p = QPainter(pm)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(QColor(pal.AGENT_COLOR))
+        p.drawEllipse(3, 3, 10, 10)
+        p.end()
+        _ICON = QIcon(pm)
+    return _ICON
+
+
+_ICON = None
 
 
 @dataclass(slots=True)
@@ -54,10 +84,15 @@ class _Row:
     memory_total: int | None
     uptime: float | None
     gpu_note: str | None
+    agent: AgentReport | None = None
+    device: DeviceMemory | None = None  # the agent's allocator figures for this GPU
 
     def signature(self) -> tuple:
         up = None if self.uptime is None else int(self.uptime)
-        return (self.proc, self.memory_total, up, self.gpu_note)
+        a = self.agent
+        agent = None if a is None else (a.torch, a.torch_status, a.python, a.allocator_backend,
+                                        a.cuda_initialized, len(a.models), self.device)
+        return (self.proc, self.memory_total, up, self.gpu_note, agent)
 
     @property
     def key(self) -> RowKey:
@@ -76,6 +111,11 @@ class _Row:
             return text.lower() if text else None
         if col == COL_VRAM:
             return p.gpu_memory
+        if col == COL_AGENT:
+            a = self.agent
+            return None if a is None else (a.torch or a.torch_status).lower()
+        if col == COL_CACHE:
+            return None if self.device is None else self.device.cache
         if col == COL_PCT:
             if p.gpu_memory is None or not self.memory_total:
                 return None
@@ -112,10 +152,15 @@ class _Row:
             if status == HostStatus.EXITED:
                 return f"{base} (exited)" if base else status.label
             return base or NA
+        if col == COL_AGENT:
+            a = self.agent
+            if a is None:
+                return ""
+            return a.torch or a.torch_status
         value = self.raw(col)
         if value is None:
             return NA
-        if col in (COL_VRAM, COL_RSS):
+        if col in (COL_VRAM, COL_RSS, COL_CACHE):
             return fmt_bytes(value)
         if col == COL_PCT:
             return fmt_percent(value, 1 if value < 10 else 0)
@@ -135,6 +180,17 @@ class _Row:
             return "\n".join(parts)
         if col in (COL_GPU, COL_PID):
             return None
+        if col == COL_AGENT:
+            return self.agent_tooltip()
+        if col == COL_CACHE:
+            d = self.device
+            if self.agent is None:
+                return _NO_AGENT
+            if d is None or d.cache is None:
+                return "The agent reports no allocator figures for this GPU"
+            return (f"Cache {fmt_bytes(d.cache, 2)} = reserved {fmt_bytes(d.reserved, 2)}"
+                    f" − allocated {fmt_bytes(d.allocated, 2)}\n"
+                    "What Free cache can return to the driver")
         if col == COL_USER and p.user:
             return p.user
         if self.text(col) in (NA, "access denied"):
@@ -145,9 +201,23 @@ class _Row:
             return "not reported"
         return _COLUMN_TIPS.get(col)
 
+    def agent_tooltip(self) -> str:
+        a = self.agent
+        if a is None:
+            return _NO_AGENT
+        lines = [f"VRAM Steward agent: {a.torch_status if a.torch is None else 'torch ' + a.torch}",
+                 f"Python {a.python or NA}, allocator {a.allocator_backend or NA}",
+                 "CUDA " + ("n/a" if a.cuda_initialized is None
+                            else "initialised" if a.cuda_initialized else "not initialised"),
+                 f"{len(a.models)} model{'s' if len(a.models) != 1 else ''}",
+                 "Double-click the row for details"]
+        return "\n".join(lines)
+
     def is_unknown(self, col: int) -> bool:
         if col in (COL_GPU, COL_PID):
             return False
+        if col == COL_AGENT:
+            return self.agent is not None and self.agent.torch is None
         if col == COL_USER:
             return not self.proc.user
         if col == COL_COMMAND:
@@ -238,6 +308,10 @@ class ProcessTableModel(QAbstractTableModel):
             return pal.muted(QGuiApplication.palette())
         if role == KEY_ROLE:
             return (row.display_id, row.proc.key)
+        if role == Qt.ItemDataRole.DecorationRole and col == COL_AGENT and row.agent is not None:
+            return _agent_icon()
+        if role == AGENT_ROLE:
+            return row.agent
         return None
 
     # -- direct access ----------------------------------------------------------------
@@ -260,6 +334,7 @@ class ProcessTableModel(QAbstractTableModel):
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Bring the rows in line with ``snapshot`` with the smallest set of model signals."""
         now = snapshot.timestamp
+        agents = snapshot.agents
         fresh: dict[RowKey, _Row] = {}
         for gpu in snapshot.gpus:
             order = (gpu.index, -1 if gpu.mig_index is None else gpu.mig_index)
@@ -269,6 +344,11 @@ class ProcessTableModel(QAbstractTableModel):
                 if p.create_time is not None and math.isfinite(p.create_time):
                     uptime = max(0.0, now - p.create_time)
                 row = _Row(gpu.display_id, order, p, gpu.memory_total, uptime, note)
+                if agents:
+                    report = agents.get(p.pid)
+                    if report is not None:
+                        row.agent = report
+                        row.device = report.device(gpu.index)
                 fresh[row.key] = row
 
         # Departures, removed in contiguous blocks from the bottom up.
@@ -338,6 +418,8 @@ class ProcessTable(QTableView):
     ``(None, None)`` when the selection is cleared."""
 
     process_selected = Signal(object, object)
+    #: Double-click on a row whose process has an agent: ``pid``.
+    details_requested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -369,17 +451,27 @@ class ProcessTable(QTableView):
         hm = QFontMetrics(bold)
         widths = {COL_GPU: "0/mig0", COL_PID: "0000000", COL_USER: "svc-llm-user",
                   COL_VRAM: "000.0 GiB", COL_PCT: "100 %", COL_SM: "100 %", COL_CPU: "1000 %",
-                  COL_RSS: "000.0 GiB", COL_UPTIME: "00d 00h"}
+                  COL_RSS: "000.0 GiB", COL_UPTIME: "00d 00h", COL_CACHE: "000.0 GiB",
+                  COL_AGENT: "WW 2.4.1+cu121"}
         for col, sample in widths.items():
             # Room for the bold header text, its padding and the sort arrow.
             self.setColumnWidth(col, max(fm.horizontalAdvance(sample) + 16,
                                          hm.horizontalAdvance(COLUMNS[col]) + 40))
         self.selectionModel().selectionChanged.connect(self._on_selection_changed)
+        self.doubleClicked.connect(self._on_double_clicked)
+        # The agent columns appear with the first snapshot that has agents.
+        self.agent_columns_shown = False
+        for col in (COL_AGENT, COL_CACHE):
+            self.setColumnHidden(col, True)
         self._selected: tuple | None = None
         self._updating = False
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         before = self._selected
+        if snapshot.agents and not self.agent_columns_shown:
+            self.agent_columns_shown = True
+            for col in (COL_AGENT, COL_CACHE):
+                self.setColumnHidden(col, False)
         self._updating = True
         try:
             self.source_model.update_snapshot(snapshot)
@@ -420,6 +512,16 @@ class ProcessTable(QTableView):
                 return r
         return None
 
+    def selected_agent(self) -> AgentReport | None:
+        """The agent report of the selected row's process, or None."""
+        rows = self.selectionModel().selectedRows()
+        return rows[0].data(AGENT_ROLE) if rows else None
+
+    def _on_double_clicked(self, index) -> None:
+        agent = index.data(AGENT_ROLE)
+        if agent is not None:
+            self.details_requested.emit(index.data(KEY_ROLE)[1][0])
+
     def _on_selection_changed(self, selected: QItemSelection, deselected: QItemSelection) -> None:
         if not self._updating:
             self._emit_if_changed()
@@ -436,4 +538,4 @@ class ProcessTable(QTableView):
 
 
 __all__ = ["ProcessTable", "ProcessTableModel", "ProcessSortProxy", "COLUMNS", "SORT_ROLE",
-           "KEY_ROLE"]
+           "KEY_ROLE", "AGENT_ROLE"]

@@ -9,16 +9,25 @@ GPU falling off the bus) can delay samples but never freeze the window.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, QTimer, Qt, Signal, Slot
 
-from app.core.collector import Collector
+from app.core.agents import AgentDirectory
+from app.core.collector import Collector, default_agents_for
 from app.core.source import GpuSource
 
 log = logging.getLogger(__name__)
 
 SourceFactory = Callable[[], GpuSource]
+AgentsFactory = Callable[[GpuSource], "AgentDirectory | None"]
+
+
+def default_agents(source: GpuSource) -> AgentDirectory | None:
+    """The agent directory for ``source``: simulated agents for the demo, the
+    socket hub (real agents) for NVML."""
+    return default_agents_for(source)
 
 MIN_PERIOD_S = 0.1
 MAX_PERIOD_S = 10.0
@@ -34,11 +43,14 @@ class _Worker(QObject):
 
     snapshot_ready = Signal(object)
 
-    def __init__(self, period_s: float) -> None:
+    def __init__(self, period_s: float, agents_for: AgentsFactory,
+                 publish_agents: Callable[[AgentDirectory | None], None]) -> None:
         super().__init__()
         self._period_s = period_s
         self._collector: Collector | None = None
         self._timer: QTimer | None = None
+        self._agents_for = agents_for
+        self._publish_agents = publish_agents
 
     @Slot()
     def begin(self) -> None:
@@ -51,11 +63,18 @@ class _Worker(QObject):
     def use_source(self, factory: SourceFactory) -> None:
         self._close_collector()
         try:
-            self._collector = Collector(factory())
+            source = factory()
         except Exception:  # a broken factory must not kill the thread
             log.exception("creating the source failed")
             self._collector = None
             return
+        try:
+            agents = self._agents_for(source)
+        except Exception:  # agents are an extra: the GPUs are still shown without them
+            log.exception("creating the agent directory failed")
+            agents = None
+        self._collector = Collector(source, agents=agents)
+        self._publish_agents(agents)
         self.tick()  # first figures at once, not one period later
 
     @Slot(float)
@@ -80,6 +99,7 @@ class _Worker(QObject):
             thread.quit()
 
     def _close_collector(self) -> None:
+        self._publish_agents(None)  # before closing: no new action may start on it
         if self._collector is not None:
             try:
                 self._collector.close()
@@ -100,14 +120,17 @@ class Sampler(QObject):
     _finish = Signal()
 
     def __init__(self, factory: SourceFactory, period_s: float = DEFAULT_PERIOD_S,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, agents_for: AgentsFactory | None = None
+                 ) -> None:
         super().__init__(parent)
         self.period_s = clamp_period(period_s)
         self.source_name = ""
         self._factory = factory
+        self._agents_lock = threading.Lock()
+        self._agents: AgentDirectory | None = None
         self._thread = QThread()
         self._thread.setObjectName("vram-steward-sampler")
-        self._worker = _Worker(self.period_s)
+        self._worker = _Worker(self.period_s, agents_for or default_agents, self._set_agents)
         self._worker.moveToThread(self._thread)
         self._thread.started.connect(self._worker.begin)
         self._worker.snapshot_ready.connect(self._forward, Qt.ConnectionType.QueuedConnection)
@@ -145,6 +168,17 @@ class Sampler(QObject):
         if not finished:
             log.warning("sampler thread did not stop within %d ms", timeout_ms)
         return finished
+
+    @property
+    def agents(self) -> AgentDirectory | None:
+        """The current source's agent directory (None: none, or between sources).
+        Safe from any thread; its ``free_cache`` blocks, so call that off the GUI thread."""
+        with self._agents_lock:
+            return self._agents
+
+    def _set_agents(self, agents: AgentDirectory | None) -> None:  # on the sampler thread
+        with self._agents_lock:
+            self._agents = agents
 
     @Slot(object)
     def _forward(self, snapshot: object) -> None:

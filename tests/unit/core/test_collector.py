@@ -309,3 +309,61 @@ def test_failing_host_reader_does_not_lose_the_tick(clock, caplog):
     assert snap.gpus[0].processes[0].name is None
     assert "host details" in caplog.text
     assert col.collect().error is None  # and the next tick too
+
+
+class RecordingAgents:
+    """An AgentDirectory that records start/close and returns fixed reports."""
+
+    def __init__(self) -> None:
+        self.starts = self.closes = self.calls = 0
+
+    def reports(self):
+        self.calls += 1
+        return {4242: "report"}
+
+    def entries(self):
+        return []
+
+    def free_cache(self, pid, timeout_s=30.0):
+        raise NotImplementedError
+
+    def collect_garbage(self, pid, timeout_s=30.0):
+        raise NotImplementedError
+
+    def start(self):
+        self.starts += 1
+
+    def close(self):
+        self.closes += 1
+
+
+def test_agents_are_started_attached_to_every_snapshot_and_closed(clock):
+    agents = RecordingAgents()
+    source = ScriptedSource()
+    collector = Collector(source, agents=agents)
+    collector.open()
+    assert agents.starts == 1
+    assert collector.collect().agents == {4242: "report"}
+    source.read_error = SourceUnavailable("driver gone")
+    snap = collector.collect()
+    assert snap.error and snap.agents == {4242: "report"}  # also on error snapshots
+    source.read_error = None
+    clock.now += 10
+    collector.collect()
+    assert agents.starts == 1  # reopening the source does not restart the agents
+    collector.close()
+    collector.close()
+    assert agents.closes == 1
+
+
+def test_without_agents_snapshots_have_none():
+    collector = Collector(DemoSource(seed=1))
+    assert collector.collect().agents == {}
+    collector.close()
+
+
+def test_default_agents_for_a_non_demo_source_is_the_hub():
+    from app.core.agent_hub import AgentHub
+    from app.core.collector import default_agents_for
+
+    assert isinstance(default_agents_for(ScriptedSource()), AgentHub)

@@ -70,3 +70,23 @@ def test_memory_usage_gauge_text():
     assert fmt_memory_usage(int(17.7 * GiB), 24 * GiB) == "17.7 GiB / 24.0 GiB (74 %)"
     assert fmt_memory_usage(None, 24 * GiB) == "n/a / 24.0 GiB (n/a)"
     assert fmt_memory_usage(None, None) == NA
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, "n/a"), (512, "512"), (950_000, "950 K"), (25_557_032, "25.6 M"),
+    (859_520_964, "860 M"), (1_200_000_000, "1.2 B"), (175_000_000_000, "175 B"), (0, "0"),
+])
+def test_fmt_count(value, text):
+    from app.ui.format import fmt_count
+
+    assert fmt_count(value) == text
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (None, "never"), (2, "just now"), (42, "42 s ago"), (180, "3 min ago"),
+    (2 * 3600 + 17 * 60, "2 h ago"), (3 * 86400, "3 d ago"), (-4, "just now"),
+])
+def test_fmt_since(seconds, text):
+    from app.ui.format import fmt_since
+
+    assert fmt_since(seconds) == text

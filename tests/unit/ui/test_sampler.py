@@ -141,3 +141,55 @@ def test_stop_joins_the_thread_and_closes_the_source(qtbot, make_sampler):
 @pytest.mark.parametrize("asked, expected", [(0.01, MIN_PERIOD_S), (0.25, 0.25), (60, MAX_PERIOD_S)])
 def test_period_is_clamped_to_the_supported_range(asked, expected):
     assert clamp_period(asked) == expected
+
+
+class _Directory:
+    """Stands in for an AgentDirectory: only identity and close matter here."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def start(self):
+        pass
+
+    def reports(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def test_sampler_exposes_the_current_agent_directory(qtbot, make_sampler):
+    made = []
+
+    def agents_for(source):
+        made.append(_Directory(f"dir{len(made)}"))
+        return made[-1]
+
+    sampler = Sampler(lambda: RecordingSource(), 0.1, agents_for=agents_for)
+    assert sampler.agents is None
+    sampler.start()
+    try:
+        qtbot.waitUntil(lambda: sampler.agents is not None, timeout=3000)
+        first = sampler.agents
+        assert first is made[0]
+        sampler.switch_source(lambda: RecordingSource())
+        qtbot.waitUntil(lambda: sampler.agents is not None and sampler.agents is not first,
+                        timeout=3000)
+        assert sampler.agents is made[1]
+    finally:
+        sampler.stop()
+    assert sampler.agents is None  # closed with the collector
+
+
+def test_a_failing_agent_factory_still_samples(qtbot, make_sampler):
+    def agents_for(source):
+        raise RuntimeError("no agents today")
+
+    sampler = Sampler(lambda: RecordingSource(), 0.1, agents_for=agents_for)
+    try:
+        with qtbot.waitSignal(sampler.snapshot_ready, timeout=3000) as blocker:
+            sampler.start()
+        assert blocker.args[0].gpus and sampler.agents is None
+    finally:
+        sampler.stop()

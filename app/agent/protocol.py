@@ -1,0 +1,178 @@
+"""The agent's wire protocol: length-prefixed JSON, versioned, bounded.
+
+Standard library only: this module is loaded inside users' training processes
+(by the agent) and by the app (by the client).
+
+Frame
+    4-byte big-endian unsigned length N (1 <= N <= MAX_FRAME_BYTES), then N
+    bytes of UTF-8 JSON whose top level is an object.  Nothing else is ever
+    decoded: no pickle, no eval.
+
+Conversation
+    1. On connect the agent sends ``{"hello": {"protocol": 1, "agent": "0.1.0",
+       "pid": 123, "auth": null | {"challenge": "<hex>"}}}``.
+    2. Where ``auth`` is not null (TCP on Windows), the first request must be
+       ``{"id": 1, "method": "auth", "params": {"hmac": "<hex>"}}`` with
+       HMAC-SHA256(key=token, msg=bytes.fromhex(challenge)), where the key is
+       the registry file's ``token`` string encoded as ASCII (``auth_hmac``
+       computes it); anything else, or a wrong HMAC, closes the connection.
+    3. Requests ``{"id": <int|str>, "method": "<name>", "params": {...}}``
+       get exactly one reply with the same id: ``{"id": .., "result": {...}}``
+       or ``{"id": .., "error": {"code": "<code>", "message": "<text>"}}``.
+    4. Events ``{"event": "<name>", "data": {...}}`` may arrive at any time
+       after a ``subscribe`` request; they carry no id.
+
+Methods (the allowlist; anything else is ``unknown_method``)
+    ``hello``       the hello payload again
+    ``ping``        ``{}`` -> ``{"pong": true}``
+    ``report``      ``{"models": true}`` -> the report (see ``app.agent.introspect``)
+    ``free_cache``  ``{}`` -> ``{"reserved_before", "reserved_after", "freed",
+                    "devices": [{"index", "reserved_before", "reserved_after"}],
+                    "gc_collected"}`` (bytes)
+    ``gc``          ``{}`` -> ``{"collected": n, "seconds": s}``
+    ``subscribe``   ``{"events": ["oom", ...]}`` -> ``{"events": [...]}``
+
+Error codes
+    ``bad_request`` (not a valid request object), ``unknown_method``,
+    ``bad_params``, ``unauthorized``, ``busy``, ``failed`` (the action ran and
+    raised; the message says why), ``internal``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import struct
+from typing import Any, Iterator
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 1024 * 1024  # 1 MiB: reports are a few KiB; a model list stays far below
+HEADER = struct.Struct(">I")
+
+METHODS = frozenset({"hello", "ping", "report", "free_cache", "gc", "subscribe", "auth"})
+EVENTS = frozenset({"oom", "alloc_retries", "models_changed"})
+
+BAD_REQUEST = "bad_request"
+UNKNOWN_METHOD = "unknown_method"
+BAD_PARAMS = "bad_params"
+UNAUTHORIZED = "unauthorized"
+BUSY = "busy"
+FAILED = "failed"
+INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a frame of this protocol."""
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One frame for ``message``; raises ProtocolError if it is too large."""
+    try:
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # lone surrogates (e.g. undecodable argv bytes): escape them instead
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False).encode("ascii")
+    if not body or len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(body)) + body
+
+
+def _reject_constant(name: str) -> Any:
+    raise ProtocolError(f"non-standard JSON constant {name}")
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    try:
+        text = body.decode("utf-8")
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"invalid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ProtocolError("a frame must hold a JSON object")
+    return value
+
+
+class FrameDecoder:
+    """Incremental decoder: feed bytes as they arrive, take whole messages.
+
+    After a ProtocolError the stream is unusable (framing is lost) and the
+    connection must be closed.
+    """
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._buffer = bytearray()
+        self._max = max_frame
+        self._need: int | None = None
+
+    @property
+    def pending(self) -> int:
+        """Bytes received but not yet part of a whole message."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
+        # Buffer now, decode lazily: a generator function would only buffer
+        # ``data`` once iterated, silently losing bytes fed but not iterated.
+        self._buffer += data
+        return self._messages()
+
+    def _messages(self) -> Iterator[dict[str, Any]]:
+        while True:
+            if self._need is None:
+                if len(self._buffer) < HEADER.size:
+                    return
+                (length,) = HEADER.unpack_from(self._buffer)
+                if length == 0 or length > self._max:
+                    raise ProtocolError(f"frame length {length} outside 1..{self._max}")
+                del self._buffer[: HEADER.size]
+                self._need = length
+            if len(self._buffer) < self._need:
+                return
+            body = bytes(self._buffer[: self._need])
+            del self._buffer[: self._need]
+            self._need = None
+            yield decode_body(body)
+
+
+def request(request_id: int | str, method: str, params: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    return {"id": request_id, "method": method, "params": params or {}}
+
+
+def result(request_id: Any, value: dict[str, Any]) -> dict[str, Any]:
+    return {"id": request_id, "result": value}
+
+
+def error(request_id: Any, code: str, message: str) -> dict[str, Any]:
+    return {"id": request_id, "error": {"code": code, "message": message}}
+
+
+def event(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"event": name, "data": data}
+
+
+def auth_hmac(token: str, challenge: str) -> str:
+    """The ``auth`` request's ``hmac``: HMAC-SHA256(token as ASCII, challenge bytes), hex."""
+    return hmac.new(token.encode("ascii"), bytes.fromhex(challenge), hashlib.sha256).hexdigest()
+
+
+def parse_request(message: dict[str, Any]) -> tuple[Any, str, dict[str, Any]]:
+    """(id, method, params) of a request; raises ProtocolError with a reason.
+
+    The id is echoed back only if it is an int or a short string.
+    """
+    request_id = message.get("id")
+    if not (isinstance(request_id, int) and not isinstance(request_id, bool)
+            or isinstance(request_id, str) and len(request_id) <= 64):
+        raise ProtocolError("request id must be an integer or a string of <= 64 characters")
+    method = message.get("method")
+    if not isinstance(method, str):
+        raise ProtocolError("method must be a string")
+    params = message.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ProtocolError("params must be an object")
+    return request_id, method, params

@@ -1,0 +1,114 @@
+"""This process's registry entry: ``<registry dir>/<pid>.json``.
+
+Written atomically (temp file + ``os.replace``, mode 0600), removed on exit.
+Stale entries (SIGKILL) are pruned by the app's reader, which compares
+``create_time`` with the live process's start time to detect pid reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+
+def process_create_time() -> float | None:
+    """Process start, epoch seconds, computed exactly like psutil on Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rfind(b")") + 2:].split()
+        ctime = float(fields[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime"):
+                    return ctime + float(line.strip().split()[1])
+    except Exception:
+        return None
+    return None
+
+
+def command_line() -> list[str]:
+    """The full command line (like /proc/PID/cmdline)."""
+    orig = getattr(sys, "orig_argv", None)
+    if isinstance(orig, list) and orig:
+        return [str(a) for a in orig]
+    return [sys.executable] + [str(a) for a in sys.argv]
+
+
+def torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", None) if torch is not None else None
+    return str(version) if version is not None else None
+
+
+def make_entry(address: str, transport: str, token: str | None, protocol: int,
+               agent: str, started_at: float) -> dict[str, Any]:
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    return {
+        "pid": os.getpid(), "create_time": process_create_time(), "argv": command_line(),
+        "python": platform.python_version(), "torch": torch_version(),
+        "protocol": protocol, "agent": agent, "address": address, "transport": transport,
+        "token": token if transport == "tcp" else None, "started_at": started_at,
+        "executable": sys.executable, "cwd": cwd,
+    }
+
+
+def entry_path(directory: str, pid: int | None = None) -> str:
+    return os.path.join(directory, "%d.json" % (pid if pid is not None else os.getpid()))
+
+
+def write_entry(directory: str, entry: dict[str, Any]) -> str:
+    """Atomically write ``entry`` as ``<pid>.json`` in ``directory`` (0600)."""
+    path = entry_path(directory, entry["pid"])
+    tmp = os.path.join(directory, ".%d.%d.tmp" % (entry["pid"], int(time.time() * 1e6)))
+    data = json.dumps(entry, separators=(",", ":")).encode("utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def remove_entry(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def read_entries(directory: str) -> list[dict[str, Any]]:
+    """Every readable ``<pid>.json`` in ``directory``; malformed files skipped."""
+    out: list[dict[str, Any]] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(".json") or not name[:-5].isdigit():
+            continue
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                value = json.loads(f.read(1024 * 1024).decode("utf-8"))
+        except Exception:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("pid"), int):
+            out.append(value)
+    return out

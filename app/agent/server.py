@@ -1,0 +1,536 @@
+"""The agent's listener: one daemon thread ("vram-steward-agent"), one selector.
+
+AF_UNIX stream socket (0600 in a 0700 dir) with a peer-uid check on accept;
+TCP on 127.0.0.1 with an HMAC challenge where AF_UNIX is unavailable
+(Windows).  Bounded: connections, frame size, output buffer, partial-frame
+and idle timeouts.  Handlers that may be slow (free_cache, gc) run on a
+short-lived worker thread so other clients keep being served.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import os
+import secrets
+import selectors
+import socket
+import struct
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from . import log as _log
+from . import protocol
+
+THREAD_NAME = "vram-steward-agent"
+
+
+class Options:
+    def __init__(self, partial_timeout: float = 10.0, idle_timeout: float = 300.0,
+                 max_connections: int = 16, max_output: int = 4 * 1024 * 1024,
+                 tick_interval: float = 1.0) -> None:
+        self.partial_timeout = float(partial_timeout)
+        self.idle_timeout = float(idle_timeout)
+        self.max_connections = int(max_connections)
+        self.max_output = int(max_output)
+        self.tick_interval = float(tick_interval)
+
+
+class BadParams(Exception):
+    """A handler's params are wrong: ``bad_params`` reply."""
+
+
+# -- peer credentials ------------------------------------------------------
+
+def peer_allowed(peer: int | None, own_uid: int) -> bool:
+    """Only a peer of our own uid may talk to us (unknown peer: refused)."""
+    return isinstance(peer, int) and not isinstance(peer, bool) and peer == own_uid
+
+
+_getpeereid = None
+if sys.platform == "darwin" or "bsd" in sys.platform:
+    try:
+        import ctypes
+        import ctypes.util
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        _getpeereid = _libc.getpeereid
+        _getpeereid.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint32),
+                                ctypes.POINTER(ctypes.c_uint32)]
+    except Exception:
+        _getpeereid = None
+
+PEERCRED_SUPPORTED = hasattr(socket, "SO_PEERCRED") or _getpeereid is not None
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The connected peer's uid (SO_PEERCRED / getpeereid), None if unknown."""
+    try:
+        if hasattr(socket, "SO_PEERCRED"):
+            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", raw)
+            return uid
+        if _getpeereid is not None:
+            import ctypes
+            uid, gid = ctypes.c_uint32(), ctypes.c_uint32()
+            if _getpeereid(sock.fileno(), ctypes.byref(uid), ctypes.byref(gid)) == 0:
+                return int(uid.value)
+    except Exception:
+        return None
+    return None
+
+
+def _own_uid() -> int:
+    return os.getuid() if hasattr(os, "getuid") else -1
+
+
+# -- connections -----------------------------------------------------------
+
+class _Conn:
+    __slots__ = ("sock", "decoder", "out", "last_rx", "partial_since", "authed",
+                 "challenge", "events", "closed", "mask", "name")
+
+    def __init__(self, sock: socket.socket, name: str) -> None:
+        self.sock = sock
+        self.decoder = protocol.FrameDecoder()
+        self.out = bytearray()
+        self.last_rx = time.monotonic()
+        self.partial_since: float | None = None
+        self.authed = True
+        self.challenge: str | None = None
+        self.events: frozenset | None = None  # subscribed events
+        self.closed = False
+        self.mask = 0
+        self.name = name
+
+
+class Server:
+    """``handlers``: method -> (callable(params) -> dict, runs_on_worker)."""
+
+    def __init__(self, transport: str, address: str | None,
+                 handlers: dict[str, tuple[Callable[[dict], dict], bool]],
+                 hello: dict[str, Any], options: Options | None = None,
+                 on_tick: Callable[[], None] | None = None,
+                 on_dead: Callable[[], None] | None = None) -> None:
+        self.transport = transport
+        self.path = address if transport == "unix" else None
+        self.address = address or ""
+        self.handlers = handlers
+        self.hello = dict(hello)
+        self.options = options or Options()
+        self.on_tick = on_tick
+        self.on_dead = on_dead
+        self.token = secrets.token_hex(32) if transport == "tcp" else None
+        self.owner_pid = os.getpid()
+        self._uid = _own_uid()
+        self._listener: socket.socket | None = None
+        self._sel: selectors.BaseSelector | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._conns: dict[int, _Conn] = {}
+        self._events: collections.deque = collections.deque(maxlen=1000)
+        self._completed: collections.deque = collections.deque()
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._conn_seq = 0
+
+    # -- lifecycle ---------------------------------------------------------
+    def open(self) -> None:
+        if self.transport == "unix":
+            path = self.path or ""
+            try:
+                if os.path.exists(path) or os.path.islink(path):
+                    os.unlink(path)  # stale socket of a dead process with our pid
+            except OSError:
+                pass
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                old = os.umask(0o177)
+                try:
+                    sock.bind(path)
+                finally:
+                    os.umask(old)
+                os.chmod(path, 0o600)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", 0))
+            except BaseException:
+                sock.close()
+                raise
+            self.address = "127.0.0.1:%d" % sock.getsockname()[1]
+        sock.listen(32)
+        sock.setblocking(False)
+        self._listener = sock
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(sock, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stopping = True
+        self._wake()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def close_fds_after_fork(self) -> None:
+        """In a forked child: close the inherited fds (never unlink the socket file)."""
+        self._stopping = True
+        socks = [c.sock for c in self._conns.values()]
+        socks += [self._listener, self._wake_r, self._wake_w]
+        for s in socks:
+            try:
+                if s is not None:
+                    s.close()
+            except Exception:
+                pass
+        try:
+            if self._sel is not None:
+                self._sel.close()
+        except Exception:
+            pass
+        self._conns = {}
+
+    # -- any thread --------------------------------------------------------
+    def _wake(self) -> None:
+        try:
+            if self._wake_w is not None:
+                self._wake_w.send(b"\0")
+        except Exception:
+            pass  # full (a wake is pending anyway) or closed
+
+    def emit(self, name: str, data: dict[str, Any]) -> None:
+        """Queue an event for subscribers; callable from any thread, never raises."""
+        try:
+            self._events.append((name, data))
+            self._wake()
+        except Exception:
+            pass
+
+    # -- agent thread ------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:
+            _log.log_exc("agent loop died")
+        finally:
+            self._cleanup()
+            if not self._stopping and self.on_dead is not None:
+                try:
+                    self.on_dead()
+                except Exception:
+                    _log.log_exc("on_dead failed")
+
+    def _cleanup(self) -> None:
+        for conn in list(self._conns.values()):
+            self._close(conn, None)
+        for s in (self._listener, self._wake_r, self._wake_w):
+            try:
+                if s is not None:
+                    s.close()
+            except Exception:
+                pass
+        try:
+            if self._sel is not None:
+                self._sel.close()
+        except Exception:
+            pass
+        if self.path and os.getpid() == self.owner_pid:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def _loop(self) -> None:
+        sel = self._sel
+        assert sel is not None
+        next_tick = time.monotonic()
+        while not self._stopping:
+            timeout = max(0.0, next_tick - time.monotonic())
+            try:
+                ready = sel.select(timeout)
+            except InterruptedError:
+                ready = []
+            for key, mask in ready:
+                try:
+                    if key.data == "listen":
+                        self._accept()
+                    elif key.data == "wake":
+                        try:
+                            while self._wake_r is not None and self._wake_r.recv(4096):
+                                pass
+                        except (BlockingIOError, InterruptedError):
+                            pass
+                    else:
+                        conn = key.data
+                        if mask & selectors.EVENT_READ and not conn.closed:
+                            self._read(conn)
+                        if mask & selectors.EVENT_WRITE and not conn.closed:
+                            self._flush(conn)
+                except Exception:
+                    _log.log_exc("connection handling failed")
+                    if isinstance(key.data, _Conn):
+                        self._close(key.data, "internal error")
+            if self._stopping:
+                break
+            self._deliver()
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + self.options.tick_interval
+                self._expire(now)
+                if self.on_tick is not None:
+                    try:
+                        self.on_tick()
+                    except Exception:
+                        _log.log_exc("tick failed")
+                self._deliver()
+
+    def _accept(self) -> None:
+        assert self._listener is not None and self._sel is not None
+        while True:
+            try:
+                sock, _addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                _log.log("accept failed: %r" % (exc,))
+                return
+            if self.transport == "unix" and PEERCRED_SUPPORTED:
+                uid = peer_uid(sock)
+                if not peer_allowed(uid, self._uid):
+                    _log.log("refused a connection from uid %r (ours is %d)" % (uid, self._uid))
+                    sock.close()
+                    continue
+            if len(self._conns) >= self.options.max_connections:
+                _log.log("refused a connection: %d already open" % len(self._conns))
+                sock.close()
+                continue
+            sock.setblocking(False)
+            self._conn_seq += 1
+            conn = _Conn(sock, "c%d" % self._conn_seq)
+            hello = dict(self.hello)
+            if self.transport == "tcp":
+                conn.authed = False
+                conn.challenge = secrets.token_hex(32)
+                hello["auth"] = {"challenge": conn.challenge}
+            else:
+                hello["auth"] = None
+            self._conns[sock.fileno()] = conn
+            conn.mask = selectors.EVENT_READ
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+            self._send(conn, {"hello": hello})
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn, None)
+            return
+        if not data:
+            self._close(conn, None)
+            return
+        conn.last_rx = time.monotonic()
+        try:
+            for message in conn.decoder.feed(data):
+                self._handle(conn, message)
+                if conn.closed:
+                    return
+        except protocol.ProtocolError as exc:
+            self._send(conn, protocol.error(None, protocol.BAD_REQUEST, str(exc)[:200]))
+            self._close(conn, "protocol error: %s" % exc, flush=True)
+            return
+        if conn.decoder.pending:
+            if conn.partial_since is None:
+                conn.partial_since = conn.last_rx
+        else:
+            conn.partial_since = None
+
+    def _handle(self, conn: _Conn, message: dict[str, Any]) -> None:
+        raw_id = message.get("id")
+        echo_id = raw_id if (isinstance(raw_id, int) and not isinstance(raw_id, bool)
+                             or isinstance(raw_id, str) and len(raw_id) <= 64) else None
+        try:
+            request_id, method, params = protocol.parse_request(message)
+        except protocol.ProtocolError as exc:
+            if not conn.authed:
+                self._close(conn, "unauthenticated bad request")
+                return
+            self._send(conn, protocol.error(echo_id, protocol.BAD_REQUEST, str(exc)))
+            return
+        if not conn.authed:
+            ok = False
+            if method == "auth":
+                mac = params.get("hmac")
+                if isinstance(mac, str) and conn.challenge and self.token:
+                    try:
+                        expected = protocol.auth_hmac(self.token, conn.challenge)
+                        ok = hmac.compare_digest(expected, mac)
+                    except Exception:
+                        ok = False
+            if not ok:
+                self._send(conn, protocol.error(request_id, protocol.UNAUTHORIZED,
+                                                "authentication failed"))
+                self._close(conn, "authentication failed", flush=True)
+                return
+            conn.authed = True
+            self._send(conn, protocol.result(request_id, {"authenticated": True}))
+            return
+        if method not in protocol.METHODS:
+            self._send(conn, protocol.error(request_id, protocol.UNKNOWN_METHOD,
+                                            "unknown method %r" % method[:64]))
+            return
+        try:
+            if method == "auth":
+                value = {"authenticated": True}
+            elif method == "hello":
+                value = dict(self.hello, auth=None)
+            elif method == "ping":
+                value = {"pong": True}
+            elif method == "subscribe":
+                value = self._subscribe(conn, params)
+            else:
+                handler = self.handlers.get(method)
+                if handler is None:
+                    self._send(conn, protocol.error(request_id, protocol.UNKNOWN_METHOD,
+                                                    "method %r not available" % method))
+                    return
+                fn, on_worker = handler
+                if on_worker:
+                    self._run_on_worker(conn, request_id, fn, params)
+                    return
+                value = fn(params)
+        except BadParams as exc:
+            self._send(conn, protocol.error(request_id, protocol.BAD_PARAMS, str(exc)))
+            return
+        except Exception as exc:
+            _log.log_exc("handler %s failed" % method)
+            self._send(conn, protocol.error(request_id, protocol.INTERNAL, repr(exc)[:500]))
+            return
+        self._send(conn, protocol.result(request_id, value))
+
+    def _subscribe(self, conn: _Conn, params: dict[str, Any]) -> dict[str, Any]:
+        events = params.get("events")
+        if events is None:
+            wanted = set(protocol.EVENTS)
+        elif isinstance(events, list) and all(isinstance(e, str) for e in events):
+            wanted = set(events) & protocol.EVENTS
+        else:
+            raise BadParams("events must be a list of strings")
+        conn.events = frozenset(wanted)
+        return {"events": sorted(wanted)}
+
+    def _run_on_worker(self, conn: _Conn, request_id: Any, fn: Callable, params: dict) -> None:
+        if self._busy:
+            self._send(conn, protocol.error(request_id, protocol.BUSY,
+                                            "another action is running"))
+            return
+        self._busy = True
+
+        def work() -> None:
+            try:
+                outcome = protocol.result(request_id, fn(params))
+            except BadParams as exc:
+                outcome = protocol.error(request_id, protocol.BAD_PARAMS, str(exc))
+            except BaseException as exc:
+                _log.log_exc("action failed")
+                outcome = protocol.error(request_id, protocol.FAILED, repr(exc)[:500])
+            self._completed.append((conn, outcome))
+            self._busy = False
+            self._wake()
+
+        try:
+            threading.Thread(target=work, name=THREAD_NAME + "-action", daemon=True).start()
+        except Exception as exc:
+            self._busy = False
+            self._send(conn, protocol.error(request_id, protocol.INTERNAL, repr(exc)))
+
+    def _deliver(self) -> None:
+        while self._completed:
+            conn, outcome = self._completed.popleft()
+            if not conn.closed:
+                self._send(conn, outcome)
+        while self._events:
+            name, data = self._events.popleft()
+            for conn in list(self._conns.values()):
+                if conn.events and name in conn.events and not conn.closed:
+                    self._send(conn, protocol.event(name, data))
+
+    def _send(self, conn: _Conn, message: dict[str, Any]) -> None:
+        if conn.closed:
+            return
+        try:
+            frame = protocol.encode(message)
+        except (protocol.ProtocolError, ValueError, TypeError) as exc:
+            frame = protocol.encode(protocol.error(message.get("id"), protocol.INTERNAL,
+                                                   "reply not encodable: %s" % str(exc)[:200]))
+        conn.out += frame
+        if len(conn.out) > self.options.max_output:
+            self._close(conn, "output buffer over %d bytes" % self.options.max_output)
+            return
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        while conn.out:
+            try:
+                n = conn.sock.send(conn.out[:262144])
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._close(conn, None)
+                return
+            if n <= 0:
+                break
+            del conn.out[:n]
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        if want != conn.mask and self._sel is not None:
+            conn.mask = want
+            self._sel.modify(conn.sock, want, conn)
+
+    def _expire(self, now: float) -> None:
+        opts = self.options
+        for conn in list(self._conns.values()):
+            if conn.partial_since is not None and now - conn.partial_since > opts.partial_timeout:
+                self._close(conn, "partial frame older than %.1f s" % opts.partial_timeout)
+            elif not conn.events and now - conn.last_rx > opts.idle_timeout:
+                self._close(conn, "idle for %.0f s" % opts.idle_timeout)
+
+    def _close(self, conn: _Conn, reason: str | None, flush: bool = False) -> None:
+        if conn.closed:
+            return
+        if flush and conn.out:
+            try:
+                conn.sock.send(conn.out)
+            except Exception:
+                pass
+        conn.closed = True
+        if reason:
+            _log.log("closing connection %s: %s" % (conn.name, reason))
+        try:
+            fd = conn.sock.fileno()
+            self._conns.pop(fd, None)
+            if self._sel is not None and fd >= 0:
+                self._sel.unregister(conn.sock)
+        except Exception:
+            pass
+        try:
+            conn.sock.close()
+        except Exception:
+            pass

@@ -1,0 +1,241 @@
+"""What the app knows about an agent and what it reported: typed, validated.
+
+The agent speaks JSON (``app.agent.protocol``); these dataclasses are the
+app's side of it.  Parsing is defensive: an agent is another process (maybe
+another version), so a missing or mistyped field becomes ``None`` ("n/a"),
+never a crash and never 0.  All memory figures are bytes, times epoch seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    """One registry file: how to reach an agent and which process it lives in."""
+
+    pid: int
+    create_time: float | None  # process start, epoch seconds (pid-reuse check)
+    address: str  # socket path, or "127.0.0.1:PORT"
+    transport: str  # "unix" or "tcp"
+    argv: tuple[str, ...] = ()
+    python: str | None = None
+    torch: str | None = None
+    protocol: int | None = None
+    agent_version: str | None = None
+    token: str | None = None  # tcp only: shared secret for the HMAC challenge
+    path: str = ""  # the registry file itself
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], path: str = "") -> "AgentEntry | None":
+        pid = _int(data.get("pid"))
+        address = _str(data.get("address"))
+        transport = _str(data.get("transport"))
+        if pid is None or pid <= 0 or not address or transport not in ("unix", "tcp"):
+            return None
+        argv = data.get("argv")
+        return cls(
+            pid=pid, create_time=_float(data.get("create_time")), address=address,
+            transport=transport,
+            argv=tuple(a for a in argv if isinstance(a, str)) if isinstance(argv, list) else (),
+            python=_str(data.get("python")), torch=_str(data.get("torch")),
+            protocol=_int(data.get("protocol")), agent_version=_str(data.get("agent")),
+            token=_str(data.get("token")), path=path)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    """The CUDA caching allocator's figures for one device (bytes, counts)."""
+
+    index: int
+    allocated: int | None  # live tensors
+    reserved: int | None  # held by the caching allocator (allocated + cache)
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    active: int | None = None
+    inactive_split: int | None = None  # fragmented: not returned by empty_cache
+    requested: int | None = None
+    num_alloc_retries: int | None = None  # cudaMalloc failed, cache flushed, retried
+    num_ooms: int | None = None
+
+    @property
+    def cache(self) -> int | None:
+        """What ``empty_cache`` could at most return: reserved − allocated."""
+        if self.reserved is None or self.allocated is None:
+            return None
+        return max(0, self.reserved - self.allocated)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "DeviceMemory | None":
+        index = _int(data.get("index"))
+        if index is None or index < 0:
+            return None
+        return cls(index=index, **{k: _int(data.get(k)) for k in (
+            "allocated", "reserved", "peak_allocated", "peak_reserved", "active",
+            "inactive_split", "requested", "num_alloc_retries", "num_ooms")})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """One root ``nn.Module`` holding parameters."""
+
+    id: str
+    name: str
+    class_name: str
+    params: int | None  # parameter count (elements)
+    param_bytes: int | None
+    buffer_bytes: int | None
+    device: str | None  # "cuda:0", "cpu", or "mixed"
+    dtype: str | None  # "float16", or "mixed"
+    training: bool | None
+    last_used: float | None  # epoch seconds of the last forward, None = never seen
+    requires_grad: bool | None = None
+    group: str | None = None  # pipeline the model belongs to, e.g. "StableDiffusionPipeline"
+    # bytes per device: {"cuda:0": {"params": n, "buffers": n}}
+    bytes_by_device: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def bytes_on(self, device: str) -> int:
+        per = self.bytes_by_device.get(device, {})
+        return sum(v for v in per.values() if isinstance(v, int))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ModelInfo | None":
+        model_id = _str(data.get("id"))
+        if not model_id:
+            return None
+        by_device: dict[str, dict[str, int]] = {}
+        raw = data.get("bytes_by_device")
+        if isinstance(raw, dict):
+            for dev, parts in raw.items():
+                if isinstance(dev, str) and isinstance(parts, dict):
+                    by_device[dev] = {k: v for k, v in parts.items()
+                                      if isinstance(k, str) and _int(v) is not None}
+        return cls(
+            id=model_id, name=_str(data.get("name")) or model_id,
+            class_name=_str(data.get("class")) or "?",
+            params=_int(data.get("params")), param_bytes=_int(data.get("param_bytes")),
+            buffer_bytes=_int(data.get("buffer_bytes")), device=_str(data.get("device")),
+            dtype=_str(data.get("dtype")), training=_bool(data.get("training")),
+            last_used=_float(data.get("last_used")), requires_grad=_bool(data.get("requires_grad")),
+            group=_str(data.get("group")), bytes_by_device=by_device)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    """One ``report`` answer, plus when and how fast it came."""
+
+    pid: int
+    argv: tuple[str, ...]
+    python: str | None
+    torch: str | None  # version; None when torch is not loaded
+    torch_status: str  # "loaded" or "torch not loaded"
+    cuda_initialized: bool | None
+    allocator_backend: str | None
+    devices: tuple[DeviceMemory, ...]
+    models: tuple[ModelInfo, ...]
+    oom_events: int | None = None
+    errors: tuple[str, ...] = ()
+    received_at: float = 0.0  # epoch seconds
+    round_trip_s: float | None = None
+
+    def device(self, index: int) -> DeviceMemory | None:
+        for dev in self.devices:
+            if dev.index == index:
+                return dev
+        return None
+
+    def param_bytes_on(self, index: int) -> int:
+        """Bytes of model parameters this process holds on CUDA device ``index``."""
+        key = f"cuda:{index}"
+        return sum(m.bytes_by_device.get(key, {}).get("params", 0) for m in self.models)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], received_at: float = 0.0,
+                  round_trip_s: float | None = None) -> "AgentReport | None":
+        pid = _int(data.get("pid"))
+        if pid is None:
+            return None
+        argv = data.get("argv")
+        devices = data.get("devices")
+        models = data.get("models")
+        errors = data.get("errors")
+        return cls(
+            pid=pid,
+            argv=tuple(a for a in argv if isinstance(a, str)) if isinstance(argv, list) else (),
+            python=_str(data.get("python")), torch=_str(data.get("torch")),
+            torch_status=_str(data.get("torch_status")) or (
+                "loaded" if _str(data.get("torch")) else "torch not loaded"),
+            cuda_initialized=_bool(data.get("cuda_initialized")),
+            allocator_backend=_str(data.get("allocator_backend")),
+            devices=tuple(d for d in (DeviceMemory.from_json(x) for x in devices
+                                      if isinstance(x, dict)) if d is not None)
+            if isinstance(devices, list) else (),
+            models=tuple(m for m in (ModelInfo.from_json(x) for x in models
+                                     if isinstance(x, dict)) if m is not None)
+            if isinstance(models, list) else (),
+            oom_events=_int(data.get("oom_events")),
+            errors=tuple(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else (),
+            received_at=received_at, round_trip_s=round_trip_s)
+
+
+@dataclass(frozen=True, slots=True)
+class FreeCacheResult:
+    """Outcome of ``free_cache`` for one process (bytes)."""
+
+    pid: int
+    ok: bool
+    reserved_before: int | None = None
+    reserved_after: int | None = None
+    freed: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "ok": self.ok, "reserved_before": self.reserved_before,
+                "reserved_after": self.reserved_after, "freed": self.freed, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class VramBreakdown:
+    """Where one process's VRAM on one GPU goes, from NVML and its agent (bytes).
+
+    ``context`` is everything NVML counts that the caching allocator does not
+    hold: the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers, other
+    libraries.  None where a figure is unknown.
+    """
+
+    nvml_used: int | None
+    context: int | None  # NVML used − reserved
+    cache: int | None  # reserved − allocated: what free-cache can return
+    tensors: int | None  # allocated
+    parameters: int | None  # the part of ``tensors`` that is model parameters
+
+    @classmethod
+    def of(cls, nvml_used: int | None, device: DeviceMemory | None,
+           parameters: int | None) -> "VramBreakdown":
+        reserved = device.reserved if device else None
+        allocated = device.allocated if device else None
+        context = None
+        if nvml_used is not None and reserved is not None:
+            context = max(0, nvml_used - reserved)
+        return cls(nvml_used, context, device.cache if device else None, allocated,
+                   None if allocated is None else min(parameters or 0, allocated))

@@ -1,0 +1,803 @@
+"""Widgets for what in-process agents report: VRAM breakdown bars, the GPU
+panel's "PyTorch memory" section, and the process detail view.
+
+Per snapshot these widgets only set text and bar values; rows are pooled and
+created only when more are needed than ever before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSize, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.agent_types import AgentReport, ModelInfo, VramBreakdown
+from app.core.naming import process_label
+from app.core.samples import GpuSample, ProcessSample, Snapshot
+from app.ui import palette as pal
+from app.ui.format import NA, fmt_bytes, fmt_count, fmt_since
+
+# -- breakdown figures ----------------------------------------------------------------------
+
+SEGMENTS = ("parameters", "tensors", "cache", "context")
+SEGMENT_NAMES = {
+    "parameters": "Parameters",
+    "tensors": "Other tensors",
+    "cache": "Cache (freeable)",
+    "context": "Context & non-PyTorch",
+}
+
+
+def segment_color(name: str, palette: QPalette) -> QColor:
+    if name == "parameters":
+        return QColor(pal.BREAKDOWN_PARAMS)
+    if name == "tensors":
+        return QColor(pal.BREAKDOWN_TENSORS)
+    if name == "cache":
+        return QColor(pal.BREAKDOWN_CACHE)
+    return pal.context_color(palette)
+
+
+def breakdown_of(report: AgentReport, gpu_index: int, nvml_used: int | None) -> VramBreakdown:
+    """This process's VRAM on NVML GPU ``gpu_index``, split with its agent's figures.
+
+    The agent's device index is taken to be the NVML index (the agent reports
+    devices by their physical index)."""
+    return VramBreakdown.of(nvml_used, report.device(gpu_index), report.param_bytes_on(gpu_index))
+
+
+def segment_sizes(b: VramBreakdown) -> dict[str, int | None]:
+    """Bytes per bar segment; "tensors" is live tensors other than parameters."""
+    tensors = None
+    if b.tensors is not None:
+        tensors = max(0, b.tensors - (b.parameters or 0))
+    return {"parameters": b.parameters, "tensors": tensors, "cache": b.cache,
+            "context": b.context}
+
+
+def bar_total(b: VramBreakdown) -> int:
+    known = sum(v for v in segment_sizes(b).values() if v)
+    return max(b.nvml_used or 0, known)
+
+
+def breakdown_tooltip(title: str, b: VramBreakdown) -> str:
+    def f(v: int | None) -> str:
+        return fmt_bytes(v, 2)
+    lines = [
+        title,
+        f"NVML used: {f(b.nvml_used)}",
+        f"  Context & non-PyTorch: {f(b.context)}  (NVML used − reserved: CUDA context, "
+        "cuBLAS/cuDNN workspaces, other libraries)",
+        f"  Cache: {f(b.cache)}  (reserved − allocated: what Free cache can return)",
+        f"  Live tensors: {f(b.tensors)}  (allocated)",
+        f"    of which model parameters: {f(b.parameters)}",
+    ]
+    return "\n".join(lines)
+
+
+def breakdown_figures(b: VramBreakdown) -> str:
+    """The short text beside a bar: "12.5 GiB · cache 3.2 GiB"."""
+    return f"{fmt_bytes(b.nvml_used)} · cache {fmt_bytes(b.cache)}"
+
+
+class BreakdownBar(QWidget):
+    """One stacked horizontal bar: parameters | other tensors | cache | context.
+
+    ``scale`` (bytes) is the full width, shared by the bars of one list so their
+    lengths compare; the rest of the width is an empty track.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sizes: dict[str, int | None] = {}
+        self.scale = 0
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumWidth(80)
+        self.setFixedHeight(12)
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(300, 12)
+
+    def set_breakdown(self, b: VramBreakdown | None, scale: int) -> None:
+        sizes = segment_sizes(b) if b is not None else {}
+        if sizes != self.sizes or scale != self.scale:
+            self.sizes = sizes
+            self.scale = scale
+            self.update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+        radius = rect.height() / 2
+        track = QPainterPath()
+        track.addRoundedRect(rect, radius, radius)
+        palette = self.palette()
+        p.fillPath(track, pal.faint(palette))
+        if self.scale > 0:
+            p.setClipPath(track)
+            x = rect.left()
+            for name in SEGMENTS:
+                v = self.sizes.get(name)
+                if not v:
+                    continue
+                w = rect.width() * v / self.scale
+                p.fillRect(QRectF(x, rect.top(), w, rect.height()), segment_color(name, palette))
+                x += w
+        p.end()
+
+
+class BreakdownLegend(QWidget):
+    """Swatch + name for each segment on one line, painted (cheap, theme-aware)."""
+
+    SW = 10
+    GAP = 14
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.setToolTip(
+            "Parameters: model weights (live tensors)\n"
+            "Other tensors: activations, gradients, optimizer state (live tensors)\n"
+            "Cache: reserved by PyTorch's caching allocator but unused; Free cache returns it\n"
+            "Context & non-PyTorch: NVML used − reserved (CUDA context, libraries)")
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        fm = self.fontMetrics()
+        w = sum(self.SW + 5 + fm.horizontalAdvance(SEGMENT_NAMES[s]) for s in SEGMENTS)
+        return QSize(w + self.GAP * (len(SEGMENTS) - 1) + 2, fm.height() + 2)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return self.sizeHint()
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        p = QPainter(self)
+        palette = self.palette()
+        fm = self.fontMetrics()
+        h = self.height()
+        x = 1
+        p.setPen(pal.muted(palette))
+        for name in SEGMENTS:
+            top = (h - self.SW) // 2
+            p.fillRect(x, top, self.SW, self.SW, segment_color(name, palette))
+            x += self.SW + 5
+            text = SEGMENT_NAMES[name]
+            p.drawText(x, 0, fm.horizontalAdvance(text) + 1, h,
+                       int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+            x += fm.horizontalAdvance(text) + self.GAP
+        p.end()
+
+
+def _elide_keeping_pid(metrics, name: str, width: int) -> str:
+    from app.ui.gpu_panel import _elide_keeping_pid as elide
+
+    return elide(metrics, name, width)
+
+
+class BreakdownRow(QWidget):
+    """``name  [bar]  figures`` — one process on one GPU (or one GPU of a process)."""
+
+    double_clicked = Signal(int)
+
+    NAME_WIDTH = 190
+
+    def __init__(self, parent: QWidget | None = None, name_width: int = NAME_WIDTH) -> None:
+        super().__init__(parent)
+        self.pid = 0
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(10)
+        self.name = QLabel(self)
+        self.name.setFixedWidth(name_width)
+        self.bar = BreakdownBar(self)
+        self.figures = QLabel(self)
+        self.figures.setObjectName("secondary")
+        self.figures.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.figures.setMinimumWidth(
+            self.figures.fontMetrics().horizontalAdvance("000.0 GiB · cache 00.0 GiB") + 4)
+        lay.addWidget(self.name)
+        lay.addWidget(self.bar, 1)
+        lay.addWidget(self.figures)
+        self._name_text = ""
+        self._tip = ""
+
+    def set(self, pid: int, name: str, b: VramBreakdown, scale: int, tooltip: str) -> None:
+        self.pid = pid
+        if name != self._name_text:
+            self._name_text = name
+            self.name.setText(_elide_keeping_pid(self.name.fontMetrics(), name,
+                                                 self.name.width() or self.NAME_WIDTH))
+        self.bar.set_breakdown(b, scale)
+        text = breakdown_figures(b)
+        if self.figures.text() != text:
+            self.figures.setText(text)
+        if tooltip != self._tip:
+            self._tip = tooltip
+            for w in (self, self.name, self.bar, self.figures):
+                w.setToolTip(tooltip)
+
+    def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
+        self.double_clicked.emit(self.pid)
+        super().mouseDoubleClickEvent(event)
+
+
+def free_button_text(cache: int | None, busy: bool, all_: bool) -> str:
+    base = "Free all caches" if all_ else "Free cache"
+    if busy:
+        return "Freeing…"
+    if cache:
+        return f"{base} (≈{fmt_bytes(cache)})"
+    return base
+
+
+# -- GPU panel section ------------------------------------------------------------------------
+
+class AgentSection(QWidget):
+    """The GPU panel's "PyTorch memory" part: one breakdown bar per agent process
+    on this GPU, a legend and "Free all caches (≈X)"."""
+
+    free_all_requested = Signal()
+    details_requested = Signal(int)  # pid
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("agentSection")
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 4, 0, 0)
+        outer.setSpacing(4)
+        head = QHBoxLayout()
+        head.setSpacing(12)
+        self.title = QLabel("PyTorch memory", self)
+        tf = self.title.font()
+        tf.setBold(True)
+        self.title.setFont(tf)
+        self.title.setToolTip("Reported by the VRAM Steward agent inside each PyTorch process")
+        self.legend = BreakdownLegend(self)
+        self.result_label = QLabel("", self)
+        self.result_label.setObjectName("secondary")
+        self.result_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.result_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.free_all_button = QPushButton("Free all caches", self)
+        self.free_all_button.setObjectName("freeAllButton")
+        self.free_all_button.setEnabled(False)
+        self.free_all_button.clicked.connect(self.free_all_requested)
+        head.addWidget(self.title)
+        head.addWidget(self.legend)
+        head.addWidget(self.result_label, 1)
+        head.addWidget(self.free_all_button)
+        outer.addLayout(head)
+        self.rows_box = QVBoxLayout()
+        self.rows_box.setSpacing(3)
+        outer.addLayout(self.rows_box)
+        self.empty_label = QLabel("No process on this GPU has a VRAM Steward agent.", self)
+        self.empty_label.setObjectName("secondary")
+        outer.addWidget(self.empty_label)
+        self.rows: list[BreakdownRow] = []
+        #: pids whose cache "Free all caches" would free, and their labels.
+        self.freeable: dict[int, str] = {}
+        self.cache_total: int | None = None
+        self._labels: dict[tuple, str] = {}
+
+    def visible_rows(self) -> list[BreakdownRow]:
+        return [r for r in self.rows if not r.isHidden()]
+
+    def update_gpu(self, gpu: GpuSample, agents: Mapping[int, AgentReport], busy: bool,
+                   can_act: bool) -> None:
+        entries: list[tuple[ProcessSample, AgentReport, VramBreakdown]] = []
+        for p in gpu.processes:
+            report = agents.get(p.pid)
+            if report is not None:
+                entries.append((p, report, breakdown_of(report, gpu.index, p.gpu_memory)))
+        entries.sort(key=lambda e: -(e[0].gpu_memory or 0))
+        scale = max((bar_total(b) for _, _, b in entries), default=0)
+        while len(self.rows) < len(entries):
+            row = BreakdownRow(self)
+            row.double_clicked.connect(self.details_requested)
+            self.rows_box.addWidget(row)
+            self.rows.append(row)
+        labels = {}
+        freeable: dict[int, str] = {}
+        total = None
+        for row, (p, report, b) in zip(self.rows, entries):
+            label = self._labels.get(p.key)
+            if label is None:
+                label = process_label(p) if (p.name or p.command) else f"pid {p.pid}"
+            labels[p.key] = label
+            title = f"{label} on GPU {gpu.display_id}"
+            if report.torch is None:
+                title += " — torch not loaded"
+            row.set(p.pid, label, b, scale, breakdown_tooltip(title, b)
+                    + "\n\nDouble-click for details")
+            row.setVisible(True)
+            if b.cache is not None:
+                total = (total or 0) + b.cache
+                if b.cache > 0:
+                    freeable[p.pid] = label
+        for row in self.rows[len(entries):]:
+            row.setVisible(False)
+        self._labels = labels
+        self.freeable = freeable
+        self.cache_total = total
+        self.empty_label.setVisible(not entries)
+
+        button = self.free_all_button
+        text = free_button_text(total, busy, all_=True)
+        if button.text() != text:
+            button.setText(text)
+        if busy:
+            tip = "Freeing the caches…"
+        elif not entries:
+            tip = "No process on this GPU has an agent"
+        elif not can_act:
+            tip = "Agent actions are not available"
+        elif not freeable:
+            tip = "Nothing to free: no agent process on this GPU holds cached memory"
+        else:
+            tip = (f"Empty the PyTorch cache of {len(freeable)} process"
+                   f"{'es' if len(freeable) != 1 else ''} on this GPU (gc + empty_cache), "
+                   f"about {fmt_bytes(total)}:\n" + "\n".join(freeable.values()))
+        button.setToolTip(tip)
+        button.setEnabled(bool(freeable) and can_act and not busy)
+
+    def set_result(self, text: str, tooltip: str = "") -> None:
+        self.result_label.setText(text)
+        self.result_label.setToolTip(tooltip or text)
+
+
+# -- detail view: model list ------------------------------------------------------------------
+
+MODEL_COLUMNS = ("Name", "Class", "Params", "Size", "Device", "Dtype", "Mode", "Last used")
+(MCOL_NAME, MCOL_CLASS, MCOL_PARAMS, MCOL_SIZE, MCOL_DEVICE, MCOL_DTYPE, MCOL_MODE,
+ MCOL_LAST) = range(len(MODEL_COLUMNS))
+_MODEL_NUMERIC = {MCOL_PARAMS, MCOL_SIZE}
+MODEL_SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+def model_name(m: ModelInfo) -> str:
+    return f"{m.name} ({m.group})" if m.group else m.name
+
+
+def model_size(m: ModelInfo) -> int | None:
+    if m.param_bytes is None and m.buffer_bytes is None:
+        return None
+    return (m.param_bytes or 0) + (m.buffer_bytes or 0)
+
+
+def model_mode(m: ModelInfo) -> str:
+    if m.training is None:
+        return NA
+    return "train" if m.training else "eval"
+
+
+class ModelListModel(QAbstractTableModel):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._models: list[ModelInfo] = []
+        self._now = 0.0
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self._models)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(MODEL_COLUMNS)
+
+    def set_models(self, models: tuple[ModelInfo, ...], now: float) -> None:
+        models = list(models)
+        same_rows = [m.id for m in models] == [m.id for m in self._models]
+        changed = models != self._models or now != self._now
+        self._now = now
+        if not same_rows:
+            self.beginResetModel()
+            self._models = models
+            self.endResetModel()
+        elif changed and models:
+            self._models = models
+            self.dataChanged.emit(self.index(0, 0), self.index(len(models) - 1,
+                                                               len(MODEL_COLUMNS) - 1))
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return MODEL_COLUMNS[section]
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int((Qt.AlignmentFlag.AlignRight if section in _MODEL_NUMERIC
+                        else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return {MCOL_PARAMS: "Number of parameters",
+                    MCOL_SIZE: "Bytes of parameters + buffers",
+                    MCOL_LAST: "Last forward pass"}.get(section)
+        return None
+
+    def text(self, m: ModelInfo, col: int) -> str:
+        if col == MCOL_NAME:
+            return model_name(m)
+        if col == MCOL_CLASS:
+            return m.class_name
+        if col == MCOL_PARAMS:
+            return fmt_count(m.params)
+        if col == MCOL_SIZE:
+            return fmt_bytes(model_size(m))
+        if col == MCOL_DEVICE:
+            return m.device or NA
+        if col == MCOL_DTYPE:
+            return (m.dtype or NA).removeprefix("torch.")
+        if col == MCOL_MODE:
+            return model_mode(m)
+        if col == MCOL_LAST:
+            return fmt_since(None if m.last_used is None else self._now - m.last_used)
+        return ""
+
+    def raw(self, m: ModelInfo, col: int):
+        if col == MCOL_PARAMS:
+            return m.params if m.params is not None else -1
+        if col == MCOL_SIZE:
+            size = model_size(m)
+            return size if size is not None else -1
+        if col == MCOL_LAST:
+            return m.last_used if m.last_used is not None else -1.0
+        return self.text(m, col).lower()
+
+    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        m = self._models[index.row()]
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self.text(m, col)
+        if role == MODEL_SORT_ROLE:
+            return self.raw(m, col)
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int((Qt.AlignmentFlag.AlignRight if col in _MODEL_NUMERIC
+                        else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == MCOL_NAME:
+                parts = [model_name(m), m.class_name, f"id {m.id}"]
+                for dev, per in sorted(m.bytes_by_device.items()):
+                    parts.append(f"{dev}: params {fmt_bytes(per.get('params'))}, "
+                                 f"buffers {fmt_bytes(per.get('buffers'))}")
+                if m.requires_grad is not None:
+                    parts.append("requires grad" if m.requires_grad else "frozen (no grad)")
+                return "\n".join(parts)
+            if col == MCOL_SIZE:
+                return (f"parameters {fmt_bytes(m.param_bytes, 2)} + "
+                        f"buffers {fmt_bytes(m.buffer_bytes, 2)}")
+            if col == MCOL_PARAMS and m.params is not None:
+                return f"{m.params:,} parameters"
+            return None
+        if role == Qt.ItemDataRole.ForegroundRole and self.text(m, col) in (NA, "never"):
+            from PySide6.QtGui import QGuiApplication
+
+            return pal.muted(QGuiApplication.palette())
+        return None
+
+    def models(self) -> list[ModelInfo]:
+        return list(self._models)
+
+
+# -- detail view --------------------------------------------------------------------------------
+
+def _yes_no(value: bool | None, yes: str = "yes", no: str = "no") -> str:
+    return NA if value is None else (yes if value else no)
+
+
+def _sum_known(values) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+class ProcessDetailView(QDialog):
+    """Everything one agent reports about its process; non-modal, follows snapshots."""
+
+    free_requested = Signal(int)  # pid
+    gc_requested = Signal(int)  # pid
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("processDetail")
+        self.setWindowTitle("Process details")
+        self.setModal(False)
+        self.resize(1000, 580)
+        self.pid: int | None = None
+        self.report: AgentReport | None = None
+        self.cache_total: int | None = None
+        self._label = ""
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(16, 14, 16, 12)
+        outer.setSpacing(10)
+
+        self.title_label = QLabel(self)
+        self.title_label.setObjectName("detailTitle")
+        tf = self.title_label.font()
+        tf.setBold(True)
+        tf.setPointSizeF(tf.pointSizeF() * 1.25)
+        self.title_label.setFont(tf)
+        self.command_label = QLabel(self)
+        self.command_label.setObjectName("secondary")
+        self.command_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.command_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        outer.addWidget(self.title_label)
+        outer.addWidget(self.command_label)
+
+        facts = QGridLayout()
+        facts.setHorizontalSpacing(10)
+        facts.setVerticalSpacing(3)
+        self.facts: dict[str, QLabel] = {}
+        layout_ = (("PID", "Python", "PyTorch", "Allocator"),
+                   ("CUDA", "OOMs", "Alloc retries", "Agent"))
+        for col, names in enumerate(layout_):
+            for row, name in enumerate(names):
+                cap = QLabel(name, self)
+                cap.setObjectName("secondary")
+                value = QLabel(NA, self)
+                value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+                facts.addWidget(cap, row, col * 2)
+                facts.addWidget(value, row, col * 2 + 1)
+                self.facts[name] = value
+        facts.setColumnMinimumWidth(1, self.fontMetrics().horizontalAdvance("0" * 24))
+        facts.setColumnStretch(4, 1)
+        outer.addLayout(facts)
+        self.errors_label = QLabel(self)
+        self.errors_label.setWordWrap(True)
+        self.errors_label.setVisible(False)
+        outer.addWidget(self.errors_label)
+
+        line = QFrame(self)
+        line.setFrameShape(QFrame.Shape.HLine)
+        line.setObjectName("detailRule")
+        outer.addWidget(line)
+
+        bhead = QHBoxLayout()
+        bt = QLabel("VRAM by GPU", self)
+        btf = bt.font()
+        btf.setBold(True)
+        bt.setFont(btf)
+        bhead.addWidget(bt)
+        bhead.addSpacing(12)
+        self.legend = BreakdownLegend(self)
+        bhead.addWidget(self.legend)
+        bhead.addStretch(1)
+        outer.addLayout(bhead)
+        self.gpu_rows_box = QVBoxLayout()
+        self.gpu_rows_box.setSpacing(3)
+        outer.addLayout(self.gpu_rows_box)
+        self.gpu_rows: list[BreakdownRow] = []
+        self.no_gpu_label = QLabel("Not on any GPU in the latest sample.", self)
+        self.no_gpu_label.setObjectName("secondary")
+        outer.addWidget(self.no_gpu_label)
+
+        mt = QLabel("Models", self)
+        mt.setFont(btf)
+        self.models_title = mt
+        outer.addSpacing(4)
+        outer.addWidget(mt)
+        self.model_model = ModelListModel(self)
+        self.model_proxy = QSortFilterProxyModel(self)
+        self.model_proxy.setSourceModel(self.model_model)
+        self.model_proxy.setSortRole(MODEL_SORT_ROLE)
+        self.model_proxy.setDynamicSortFilter(True)
+        self.models_view = QTableView(self)
+        self.models_view.setObjectName("modelTable")
+        self.models_view.setModel(self.model_proxy)
+        self.models_view.setSortingEnabled(True)
+        self.models_view.sortByColumn(MCOL_SIZE, Qt.SortOrder.DescendingOrder)
+        self.models_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.models_view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.models_view.setAlternatingRowColors(True)
+        self.models_view.setShowGrid(False)
+        self.models_view.setWordWrap(False)
+        self.models_view.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.models_view.verticalHeader().setVisible(False)
+        self.models_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
+        header = self.models_view.horizontalHeader()
+        header.setHighlightSections(False)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setSectionResizeMode(MCOL_NAME, QHeaderView.ResizeMode.Stretch)
+        fm = self.fontMetrics()
+        for col, sample in ((MCOL_CLASS, "UNet2DConditionModel"), (MCOL_PARAMS, "000.0 M"),
+                            (MCOL_SIZE, "000.0 GiB"), (MCOL_DEVICE, "cuda:0"),
+                            (MCOL_DTYPE, "bfloat16"), (MCOL_MODE, "train"),
+                            (MCOL_LAST, "00 min ago")):
+            self.models_view.setColumnWidth(col, max(fm.horizontalAdvance(sample),
+                                                     fm.horizontalAdvance(MODEL_COLUMNS[col]) + 12)
+                                            + 28)
+        outer.addWidget(self.models_view, 1)
+        self.no_models_label = QLabel("No models with parameters found in this process.", self)
+        self.no_models_label.setObjectName("secondary")
+        outer.addWidget(self.no_models_label)
+
+        foot = QHBoxLayout()
+        foot.setSpacing(8)
+        self.result_label = QLabel("", self)
+        self.result_label.setObjectName("actionResult")
+        self.result_label.setWordWrap(True)
+        self.result_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.gc_button = QPushButton("Run gc", self)
+        self.gc_button.setObjectName("gcButton")
+        self.gc_button.setToolTip("Run Python's garbage collector in the process (gc.collect())")
+        self.free_button = QPushButton("Free cache", self)
+        self.free_button.setObjectName("freeCacheButton")
+        self.close_button = QPushButton("Close", self)
+        self.close_button.clicked.connect(self.close)
+        self.free_button.clicked.connect(self._on_free)
+        self.gc_button.clicked.connect(self._on_gc)
+        for b in (self.gc_button, self.free_button, self.close_button):
+            b.setAutoDefault(False)
+        foot.addWidget(self.result_label, 1)
+        foot.addWidget(self.gc_button)
+        foot.addWidget(self.free_button)
+        foot.addWidget(self.close_button)
+        outer.addLayout(foot)
+        self._apply_style()
+
+    # -- public -----------------------------------------------------------------------------
+    def set_process(self, pid: int) -> None:
+        if pid != self.pid:
+            self.pid = pid
+            self.report = None
+            self._label = f"pid {pid}"
+            self.result_label.setText("")
+            self.result_label.setToolTip("")
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    def update_snapshot(self, snapshot: Snapshot, busy: bool = False, can_act: bool = True) -> None:
+        pid = self.pid
+        if pid is None:
+            return
+        report = snapshot.agents.get(pid)
+        self.report = report
+        procs = [(g, p) for g in snapshot.gpus for p in g.processes if p.pid == pid]
+        if procs:
+            p = procs[0][1]
+            if p.name or p.command:
+                self._label = process_label(p)
+            command = p.command or p.name or NA
+        else:
+            command = " ".join(report.argv) if report and report.argv else NA
+        self.title_label.setText(self._label)
+        self.setWindowTitle(f"{self._label} — details")
+        self.command_label.setText(command)
+        self.command_label.setToolTip(command)
+
+        f = self.facts
+        f["PID"].setText(str(pid))
+        if report is None:
+            for name in ("Python", "PyTorch", "Allocator", "CUDA", "OOMs", "Alloc retries"):
+                f[name].setText(NA)
+            f["Agent"].setText("not reporting (the process or its agent has gone)")
+        else:
+            f["Python"].setText(report.python or NA)
+            f["PyTorch"].setText(report.torch or report.torch_status)
+            f["Allocator"].setText(report.allocator_backend or NA)
+            f["CUDA"].setText(_yes_no(report.cuda_initialized, "initialised", "not initialised"))
+            ooms = report.oom_events
+            if ooms is None:
+                ooms = _sum_known(d.num_ooms for d in report.devices)
+            f["OOMs"].setText(NA if ooms is None else str(ooms))
+            retries = _sum_known(d.num_alloc_retries for d in report.devices)
+            f["Alloc retries"].setText(NA if retries is None else str(retries))
+            agent = "reporting"
+            if report.round_trip_s is not None:
+                ms = report.round_trip_s * 1000
+                agent += f", {ms:.1f} ms round trip" if ms < 10 else f", {ms:.0f} ms round trip"
+            f["Agent"].setText(agent)
+        errors = report.errors if report else ()
+        self.errors_label.setVisible(bool(errors))
+        if errors:
+            self.errors_label.setText("⚠ " + "\n⚠ ".join(errors))
+
+        # Breakdown per GPU the process is on.
+        rows = []
+        if report is not None:
+            for g, p in procs:
+                rows.append((g, p, breakdown_of(report, g.index, p.gpu_memory)))
+        scale = max((bar_total(b) for _, _, b in rows), default=0)
+        while len(self.gpu_rows) < len(rows):
+            row = BreakdownRow(self, name_width=150)
+            self.gpu_rows_box.addWidget(row)
+            self.gpu_rows.append(row)
+        cache = None
+        for row, (g, p, b) in zip(self.gpu_rows, rows):
+            dev = report.device(g.index) if report else None
+            tip = breakdown_tooltip(f"GPU {g.display_id}: {g.name}", b)
+            if dev is not None:
+                tip += (f"\n\nPeak allocated: {fmt_bytes(dev.peak_allocated, 2)}"
+                        f"\nPeak reserved: {fmt_bytes(dev.peak_reserved, 2)}"
+                        f"\nInactive split (fragmented): {fmt_bytes(dev.inactive_split, 2)}"
+                        f"\nAlloc retries: {NA if dev.num_alloc_retries is None else dev.num_alloc_retries}"
+                        f"\nOOMs: {NA if dev.num_ooms is None else dev.num_ooms}")
+            row.set(pid, f"GPU {g.display_id}", b, scale, tip)
+            row.setVisible(True)
+            if b.cache is not None:
+                cache = (cache or 0) + b.cache
+        for row in self.gpu_rows[len(rows):]:
+            row.setVisible(False)
+        self.no_gpu_label.setVisible(not rows)
+        if report is not None and not rows:
+            # Not on a GPU in this sample: the allocator's own figures still say what is cached.
+            cache = _sum_known(d.cache for d in report.devices)
+        self.cache_total = cache
+
+        models = report.models if report else ()
+        # "Last used" against the agent's own clock at the report (same host clock).
+        now = report.received_at if report is not None and report.received_at else snapshot.timestamp
+        self.model_model.set_models(models, now)
+        self.models_title.setText(f"Models ({len(models)})" if models else "Models")
+        self.models_view.setVisible(bool(models))
+        self.no_models_label.setVisible(not models)
+
+        self.free_button.setText(free_button_text(cache, busy, all_=False))
+        self.free_button.setEnabled(bool(cache) and report is not None and can_act and not busy)
+        if busy:
+            self.free_button.setToolTip("Freeing the cache…")
+        elif report is None:
+            self.free_button.setToolTip("The agent is not reporting")
+        elif not can_act:
+            self.free_button.setToolTip("Agent actions are not available")
+        elif not cache:
+            self.free_button.setToolTip("Nothing to free: the allocator holds no unused memory")
+        else:
+            self.free_button.setToolTip(
+                f"gc.collect() + torch.cuda.empty_cache() in the process: returns about "
+                f"{fmt_bytes(cache)} of cached memory to the driver")
+        self.gc_button.setEnabled(report is not None and can_act and not busy)
+
+    def show_result(self, text: str, tooltip: str = "", error: bool = False) -> None:
+        self.result_label.setText(text)
+        self.result_label.setToolTip(tooltip or text)
+        color = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL] if error else pal.hex_color(
+            pal.foreground(self.palette()))
+        self.result_label.setStyleSheet(f"color: {color};")
+
+    # -- internals -----------------------------------------------------------------------------
+    def _on_free(self) -> None:
+        if self.pid is not None:
+            self.free_requested.emit(self.pid)
+
+    def _on_gc(self) -> None:
+        if self.pid is not None:
+            self.gc_requested.emit(self.pid)
+
+    def changeEvent(self, event) -> None:  # noqa: N802
+        from PySide6.QtCore import QEvent
+
+        if event.type() == QEvent.Type.PaletteChange:
+            self._apply_style()
+        super().changeEvent(event)
+
+    def _apply_style(self) -> None:
+        palette = self.palette()
+        muted = pal.hex_color(pal.muted(palette))
+        border = pal.hex_color(pal.faint(palette))
+        warn = pal.LEVEL_COLORS[pal.LEVEL_WARNING]
+        self.setStyleSheet(
+            f"QLabel#secondary {{ color: {muted}; }}"
+            f"QFrame#detailRule {{ color: {border}; }}"
+            f"QTableView#modelTable {{ border: 1px solid {border}; border-radius: 6px; }}"
+            "QTableView#modelTable::item { padding: 0px 6px; }"
+            "QHeaderView::section { font-weight: bold; padding: 4px 16px 4px 6px; border: none;"
+            f" border-bottom: 1px solid {border}; background: palette(base); }}")
+        self.errors_label.setStyleSheet(f"color: {warn};")
+
+
+__all__ = ["AgentSection", "BreakdownBar", "BreakdownRow", "ModelListModel",
+           "ProcessDetailView", "breakdown_of", "free_button_text"]

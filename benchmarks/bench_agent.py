@@ -1,0 +1,234 @@
+"""The in-process agent's costs: training slowdown, round trips, start-up, discovery.
+
+    python -m benchmarks.bench_agent [slowdown] [rtt] [startup] [discovery]
+
+(no argument: all four).  Figures are printed, nothing is asserted.
+
+slowdown   a small CPU training loop (an MLP step of a few ms) run in a child,
+           alternately without and with the agent (``main.py run``), a poller
+           asking ``report`` at 4 Hz during the "with" runs; 5 pairs; prints the
+           ratio of the medians.  Target <= 1.005.
+rtt        ``ping`` and ``report`` round trips on one connection, median of 1000.
+           Target <= 1 ms.
+startup    ``vram_steward_agent.start()`` timed inside a child with torch
+           imported.  Target <= 20 ms.
+discovery  the agent's one-time model scan (``ModelTracker.scan``) on a heap
+           with a million extra objects; seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.core import agent_client  # noqa: E402
+
+BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"
+
+TRAIN = textwrap.dedent("""
+    import json, os, sys, time
+    import torch
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 512), torch.randint(0, 10, (64,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    def step():
+        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+    for _ in range(20):
+        step()
+    print(json.dumps({"pid": os.getpid(), "ready": True}), flush=True)
+    sys.stdin.readline()  # wait for "go" (the poller is connected by then)
+    t0 = time.perf_counter()
+    for _ in range(int(sys.argv[1])):
+        step()
+    print(json.dumps({"seconds": time.perf_counter() - t0}), flush=True)
+""")
+
+
+def _env(runtime: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "VRAM_STEWARD_AGENT"}
+    env["VRAM_STEWARD_RUNTIME_DIR"] = runtime
+    return env
+
+
+def _one_run(script: Path, runtime: str, steps: int, with_agent: bool) -> float:
+    cmd = [sys.executable, str(script), str(steps)]
+    if with_agent:
+        cmd = [sys.executable, str(ROOT / "main.py"), "run", "--", *cmd]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=_env(runtime))
+    first = json.loads(proc.stdout.readline())
+    stop = threading.Event()
+    polls = [0]
+    poller = None
+    if with_agent:
+        entry = None
+        deadline = time.monotonic() + 30
+        while entry is None and time.monotonic() < deadline:
+            entry = next((e for e in agent_client.read_registry(runtime)
+                          if e.pid == first["pid"]), None)
+            time.sleep(0.05)
+        if entry is None:
+            raise SystemExit("the agent did not register")
+
+        def poll() -> None:
+            with agent_client.AgentConnection(entry, 5.0) as conn:
+                while not stop.is_set():
+                    conn.call("report", {"models": True}, 5.0)
+                    polls[0] += 1
+                    stop.wait(0.25)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        time.sleep(0.3)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    seconds = json.loads(proc.stdout.readline())["seconds"]
+    stop.set()
+    if poller:
+        poller.join(5)
+    proc.stdin.close()
+    proc.wait(30)
+    return seconds
+
+
+def bench_slowdown(pairs: int = 5, steps: int = 1500) -> None:
+    with tempfile.TemporaryDirectory(prefix="vsb-") as tmp:
+        script = Path(tmp) / "train.py"
+        script.write_text(TRAIN)
+        without, with_ = [], []
+        for i in range(pairs):
+            order = [(False, without), (True, with_)] if i % 2 == 0 else \
+                [(True, with_), (False, without)]
+            for flag, bucket in order:
+                bucket.append(_one_run(script, tmp, steps, flag))
+        m0, m1 = statistics.median(without), statistics.median(with_)
+        print(f"slowdown: {steps} steps, {m0 / steps * 1e3:.2f} ms/step without agent; "
+              f"median {m0:.3f} s without, {m1:.3f} s with agent + 4 Hz report poller; "
+              f"ratio {m1 / m0:.4f} (target <= 1.005)")
+        print(f"          runs without: {[round(x, 3) for x in without]}")
+        print(f"          runs with:    {[round(x, 3) for x in with_]}")
+
+
+IDLE = textwrap.dedent("""
+    import json, os, sys
+    import torch
+    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    sys.stdin.readline()
+""")
+
+
+def bench_rtt(n: int = 1000) -> None:
+    with tempfile.TemporaryDirectory(prefix="vsb-") as tmp:
+        script = Path(tmp) / "idle.py"
+        script.write_text(IDLE)
+        proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "run", "--",
+                                 sys.executable, str(script)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=_env(tmp))
+        pid = json.loads(proc.stdout.readline())["pid"]
+        entry = None
+        deadline = time.monotonic() + 30
+        while entry is None and time.monotonic() < deadline:
+            entry = next((e for e in agent_client.read_registry(tmp) if e.pid == pid), None)
+            time.sleep(0.05)
+        try:
+            with agent_client.AgentConnection(entry, 5.0) as conn:
+                conn.call("report", {"models": True}, 10.0)  # first: the model scan
+                for method, params in (("ping", {}), ("report", {"models": True})):
+                    times = []
+                    for _ in range(n):
+                        t0 = time.perf_counter()
+                        conn.call(method, params, 5.0)
+                        times.append(time.perf_counter() - t0)
+                    times.sort()
+                    print(f"rtt {method:<6}: median {statistics.median(times) * 1e3:.3f} ms, "
+                          f"p99 {times[int(0.99 * n)] * 1e3:.3f} ms over {n} "
+                          f"(target <= 1 ms)")
+        finally:
+            proc.stdin.close()
+            proc.wait(30)
+
+
+STARTUP = textwrap.dedent("""
+    import json, sys, time
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    import vram_steward_agent
+    t0 = time.perf_counter()
+    vram_steward_agent.start()
+    t1 = time.perf_counter()
+    print(json.dumps({"start_s": t1 - t0}), flush=True)
+""")
+
+
+def bench_startup(runs: int = 7) -> None:
+    with tempfile.TemporaryDirectory(prefix="vsb-") as tmp:
+        script = Path(tmp) / "startup.py"
+        script.write_text(STARTUP)
+        times = []
+        for _ in range(runs):
+            done = subprocess.run([sys.executable, str(script), str(BOOTSTRAP)],
+                                  capture_output=True, text=True, env=_env(tmp), timeout=120)
+            if done.returncode != 0:
+                print(f"startup: failed: {done.stderr.strip()[-500:]}")
+                return
+            times.append(json.loads(done.stdout.strip().splitlines()[-1])["start_s"])
+        print(f"startup: vram_steward_agent.start() median {statistics.median(times) * 1e3:.2f} ms"
+              f" (min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f}) over {runs} "
+              f"(target <= 20 ms)")
+
+
+DISCOVERY = textwrap.dedent("""
+    import json, sys, time
+    import torch
+    from app.agent.models import ModelTracker
+    heap = [[i] for i in range(1_000_000)]  # a million extra gc-tracked objects
+    models = [torch.nn.Linear(64, 64) for _ in range(10)]
+    import gc
+    n = len(gc.get_objects())
+    tracker = ModelTracker()
+    t0 = time.perf_counter()
+    tracker.scan(torch)
+    print(json.dumps({"scan_s": time.perf_counter() - t0, "objects": n,
+                      "tracked": tracker.tracked}), flush=True)
+""")
+
+
+def bench_discovery() -> None:
+    done = subprocess.run([sys.executable, "-c", DISCOVERY], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    if done.returncode != 0:
+        print(f"discovery: failed: {done.stderr.strip()[-500:]}")
+        return
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"discovery: ModelTracker.scan over {data['objects']:,} gc-tracked objects: "
+          f"{data['scan_s']:.3f} s ({data['tracked']} modules tracked)")
+
+
+def main(argv: list[str]) -> None:
+    if not (BOOTSTRAP / "vram_steward_agent.py").exists():
+        raise SystemExit("the agent's bootstrap (app/agent/_bootstrap) is not there")
+    wanted = argv or ["rtt", "startup", "discovery", "slowdown"]
+    for name in wanted:
+        {"slowdown": bench_slowdown, "rtt": bench_rtt, "startup": bench_startup,
+         "discovery": bench_discovery}[name]()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

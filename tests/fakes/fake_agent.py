@@ -1,0 +1,187 @@
+"""A tiny agent server for tests: ``app.agent.protocol`` over real sockets.
+
+Behaviour is set by attributes (``hang``, ``garbage``, ``delay_s``, ...), so a
+test can turn one agent into a hung or misbehaving one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import tempfile
+import threading
+import time
+from typing import Any
+
+from app.agent import protocol
+
+
+def report_json(pid: int, allocated: int = 1000, reserved: int = 4000) -> dict[str, Any]:
+    return {
+        "pid": pid, "argv": ["python", "train.py"], "python": "3.11.7", "torch": "2.13.0",
+        "torch_status": "loaded", "cuda_initialized": True, "allocator_backend": "native",
+        "devices": [{"index": 0, "allocated": allocated, "reserved": reserved,
+                     "peak_allocated": allocated, "peak_reserved": reserved,
+                     "inactive_split": 0, "num_alloc_retries": 0, "num_ooms": 0}],
+        "models": [{"id": "m1", "name": "model", "class": "Net", "params": 10,
+                    "param_bytes": 40, "buffer_bytes": 0, "device": "cuda:0",
+                    "dtype": "float32", "training": True, "last_used": None,
+                    "bytes_by_device": {"cuda:0": {"params": 40, "buffers": 0}}}],
+    }
+
+
+class FakeAgent:
+    def __init__(self, pid: int | None = None, transport: str = "unix",
+                 sock_dir: str | None = None) -> None:
+        self.pid = pid if pid is not None else os.getpid()
+        self.transport = transport
+        self.token = secrets.token_hex(16) if transport == "tcp" else None
+        self.protocol_version: Any = protocol.PROTOCOL_VERSION
+        self.hang = False  # accept, send hello, never answer
+        self.hang_hello = False  # accept, never send hello
+        self.garbage = False  # answer requests with a broken frame
+        self.bad_result = False  # answer with a non-object result
+        self.delay_s = 0.0
+        self.events_before_reply = 0
+        self.reserved = 4000
+        self.allocated = 1000
+        self.requests: list[tuple[str, dict]] = []
+        self.connections = 0
+        self._stop = threading.Event()
+        self._dir = sock_dir or tempfile.mkdtemp(prefix="vsfa-")
+        if transport == "unix":
+            self.address = os.path.join(self._dir, f"{self.pid}-{secrets.token_hex(3)}.sock")
+            self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._server.bind(self.address)
+        else:
+            self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._server.bind(("127.0.0.1", 0))
+            self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._server.listen(16)
+        self._server.settimeout(0.1)
+        self._threads: list[threading.Thread] = []
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def entry_json(self, create_time: float | None = None) -> dict[str, Any]:
+        import psutil
+
+        data = {"pid": self.pid, "create_time": create_time if create_time is not None
+                else psutil.Process(self.pid).create_time(),
+                "address": self.address, "transport": self.transport,
+                "argv": ["python", "train.py"], "python": "3.11.7", "torch": "2.13.0",
+                "protocol": 1, "agent": "0.1.0"}
+        if self.token:
+            data["token"] = self.token
+        return data
+
+    def register(self, runtime: str, create_time: float | None = None, name: str | None = None
+                 ) -> str:
+        folder = os.path.join(runtime, "agents")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name or f"{self.pid}.json")
+        with open(path, "w") as fh:
+            json.dump(self.entry_json(create_time), fh)
+        return path
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._server.close()
+        for conn in self._conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        if self.transport == "unix":
+            try:
+                os.unlink(self.address)
+            except OSError:
+                pass
+
+    # -- server
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            self._conns.append(conn)
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(None)
+        try:
+            if self.hang_hello:
+                self._stop.wait()
+                return
+            challenge = secrets.token_hex(16) if self.token else None
+            conn.sendall(protocol.encode({"hello": {
+                "protocol": self.protocol_version, "agent": "0.1.0", "pid": self.pid,
+                "auth": {"challenge": challenge} if challenge else None}}))
+            decoder = protocol.FrameDecoder()
+            authed = challenge is None
+            while not self._stop.is_set():
+                data = conn.recv(65536)
+                if not data:
+                    return
+                for message in decoder.feed(data):
+                    rid, method, params = protocol.parse_request(message)
+                    self.requests.append((method, params))
+                    if not authed:
+                        expected = hmac.new(self.token.encode(), bytes.fromhex(challenge),
+                                            hashlib.sha256).hexdigest()
+                        if method != "auth" or not hmac.compare_digest(
+                                str(params.get("hmac")), expected):
+                            conn.sendall(protocol.encode(protocol.error(
+                                rid, protocol.UNAUTHORIZED, "bad hmac")))
+                            return
+                        authed = True
+                        conn.sendall(protocol.encode(protocol.result(rid, {"ok": True})))
+                        continue
+                    if self.hang:
+                        continue
+                    if self.delay_s:
+                        time.sleep(self.delay_s)
+                    if self.garbage:
+                        conn.sendall(b"\x00\x00\x00\x05notjs")
+                        continue
+                    for _ in range(self.events_before_reply):
+                        conn.sendall(protocol.encode(protocol.event("oom", {"device": 0})))
+                    conn.sendall(protocol.encode(self._answer(rid, method, params)))
+        except (OSError, protocol.ProtocolError):
+            return
+        finally:
+            conn.close()
+
+    def _answer(self, rid: Any, method: str, params: dict) -> dict:
+        if self.bad_result:
+            return {"id": rid, "result": [1, 2]}
+        if method == "ping":
+            return protocol.result(rid, {"pong": True})
+        if method == "report":
+            return protocol.result(rid, report_json(self.pid, self.allocated, self.reserved))
+        if method == "free_cache":
+            before = self.reserved
+            self.reserved = self.allocated
+            return protocol.result(rid, {"reserved_before": before, "reserved_after": self.reserved,
+                                         "freed": before - self.reserved,
+                                         "devices": [{"index": 0, "reserved_before": before,
+                                                      "reserved_after": self.reserved}],
+                                         "gc_collected": 3})
+        if method == "gc":
+            return protocol.result(rid, {"collected": 7, "seconds": 0.001})
+        if method == "fail":
+            return protocol.error(rid, protocol.FAILED, "it broke")
+        return protocol.error(rid, protocol.UNKNOWN_METHOD, method)

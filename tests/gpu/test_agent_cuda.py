@@ -1,0 +1,153 @@
+"""The agent on a real GPU (skipped without one, see conftest.py): reported
+allocator figures equal the process's own, free-cache lowers NVML's
+per-process figure by the cache, and the agent never initialises CUDA."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from app.core import agent_client
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1024**2
+
+pytestmark = pytest.mark.skipif(
+    not (ROOT / "app" / "agent" / "_bootstrap" / "sitecustomize.py").exists(),
+    reason="the agent's bootstrap is not there yet")
+
+CUDA_CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    import torch
+
+    dev = torch.device("cuda:0")
+    model = torch.nn.Linear(1024, 1024).to(dev)
+    keep = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device=dev)  # 64 MiB live
+    junk = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=dev)  # 512 MiB ...
+    del junk  # ... now cached
+    torch.cuda.synchronize()
+    print(json.dumps({"pid": os.getpid(), "allocated": torch.cuda.memory_allocated(0),
+                      "reserved": torch.cuda.memory_reserved(0)}), flush=True)
+    stop = sys.argv[1]
+    while not os.path.exists(stop):
+        time.sleep(0.05)
+    print(json.dumps({"allocated": torch.cuda.memory_allocated(0),
+                      "reserved": torch.cuda.memory_reserved(0)}), flush=True)
+""")
+
+CPU_CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    import torch
+
+    model = torch.nn.Linear(64, 64)
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    stop = sys.argv[1]
+    while not os.path.exists(stop):
+        model(torch.randn(4, 64))
+        time.sleep(0.01)
+    print(json.dumps({"cuda_initialized": torch.cuda.is_initialized()}), flush=True)
+""")
+
+
+@pytest.fixture
+def runtime():
+    path = tempfile.mkdtemp(prefix="vsgpu-")
+    yield path
+    subprocess.run(["rm", "-rf", path], check=False)
+
+
+def start(tmp_path: Path, runtime: str, script: str):
+    path = tmp_path / "child.py"
+    path.write_text(script)
+    stop = tmp_path / "stop"
+    env = {**os.environ, "VRAM_STEWARD_RUNTIME_DIR": runtime}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "run", "--", sys.executable,
+                             str(path), str(stop)], stdout=subprocess.PIPE, env=env,
+                            stdin=subprocess.DEVNULL)
+    return proc, stop
+
+
+def read_line(proc, timeout: float = 120.0) -> dict:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "child printed nothing"
+    return json.loads(proc.stdout.readline())
+
+
+def entry_for(runtime: str, pid: int, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in agent_client.read_registry(runtime):
+            if entry.pid == pid:
+                return entry
+        time.sleep(0.1)
+    raise AssertionError(f"no agent registered for {pid}")
+
+
+def nvml_used(pid: int) -> int | None:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if p.pid == pid:
+                return p.usedGpuMemory
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_reported_figures_equal_the_process_own_and_free_cache_lowers_nvml(tmp_path, runtime):
+    proc, stop = start(tmp_path, runtime, CUDA_CHILD)
+    try:
+        own = read_line(proc)
+        entry = entry_for(runtime, own["pid"])
+        report = agent_client.query_report(entry, timeout_s=10)
+        assert report.cuda_initialized is True
+        dev = report.device(0)
+        assert dev is not None
+        assert dev.allocated == own["allocated"]
+        assert dev.reserved == own["reserved"]
+        cache = own["reserved"] - own["allocated"]
+        assert cache >= 400 * MiB
+        before = nvml_used(own["pid"])
+        if before is None:
+            pytest.skip("NVML does not show this pid (PID namespace?)")
+        result = agent_client.free_cache(entry, timeout_s=30)
+        assert result.ok, result.error
+        assert result.reserved_before == own["reserved"]
+        assert result.reserved_after == own["allocated"] or result.reserved_after < own["reserved"]
+        time.sleep(0.5)
+        after = nvml_used(own["pid"])
+        assert after is not None
+        assert before - after == pytest.approx(cache, rel=0.05)
+    finally:
+        stop.write_text("stop")
+        proc.wait(timeout=60)
+
+
+def test_agent_never_initialises_cuda(tmp_path, runtime):
+    proc, stop = start(tmp_path, runtime, CPU_CHILD)
+    try:
+        pid = read_line(proc)["pid"]
+        entry = entry_for(runtime, pid)
+        for _ in range(5):
+            report = agent_client.query_report(entry, timeout_s=10)
+            assert report.cuda_initialized is False
+            assert report.devices == ()
+            time.sleep(0.1)
+        assert agent_client.collect_garbage(entry, timeout_s=10)["ok"]
+        agent_client.free_cache(entry, timeout_s=10)  # must not initialise CUDA either
+    finally:
+        stop.write_text("stop")
+    assert read_line(proc)["cuda_initialized"] is False
+    assert proc.wait(timeout=60) == 0
