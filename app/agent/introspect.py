@@ -6,7 +6,6 @@ when ``torch.cuda.is_initialized()`` says a context already exists.
 
 from __future__ import annotations
 
-import platform
 import sys
 import threading
 import time
@@ -55,13 +54,33 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_UUIDS: dict[int, Any] = {}
+
+
+def _device_uuid(cuda: Any, index: int) -> Any:
+    """The device's UUID as CUDA reports it (cached: it never changes).
+
+    CUDA ordinals are renumbered by CUDA_VISIBLE_DEVICES; the UUID is what
+    lets the app put these figures on the right NVML device.
+    """
+    if index not in _UUIDS:
+        uuid = None
+        try:
+            raw = getattr(cuda.get_device_properties(index), "uuid", None)
+            uuid = str(raw) if raw is not None else None
+        except Exception:
+            uuid = None
+        _UUIDS[index] = uuid
+    return _UUIDS[index]
+
+
 def device_figures(torch: Any) -> list[dict[str, Any]]:
     """Per-device allocator figures; call only when CUDA is initialised."""
     cuda = torch.cuda
     out = []
     for index in range(int(cuda.device_count())):
         stats = cuda.memory_stats(index) or {}
-        entry: dict[str, Any] = {"index": index}
+        entry: dict[str, Any] = {"index": index, "uuid": _device_uuid(cuda, index)}
         for name, key in DEVICE_KEYS:
             entry[name] = _int_or_none(stats.get(key))
         out.append(entry)
@@ -97,9 +116,12 @@ class CudaWatch:
                 return
             with watch._lock:
                 watch.oom_events += 1
-            watch.emit("oom", {"device": device, "alloc": alloc,
-                               "device_allocated": device_allocated,
-                               "device_free": device_free, "time": time.time()})
+            # Only ints go on the wire: anything else would make the event
+            # frame unencodable (subscribers would get an error frame instead).
+            watch.emit("oom", {"device": _int_or_none(device), "alloc": _int_or_none(alloc),
+                               "device_allocated": _int_or_none(device_allocated),
+                               "device_free": _int_or_none(device_free),
+                               "time": time.time()})
         except BaseException:
             pass
 
@@ -141,7 +163,7 @@ def build_report(agent_version: str, tracker: Any, watch: CudaWatch,
     torch = loaded_torch()
     version = getattr(torch, "__version__", None) if torch is not None else None
     report: dict[str, Any] = {
-        "pid": _pid(), "argv": command_line(), "python": platform.python_version(),
+        "pid": _pid(), "argv": command_line(), "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
         "executable": sys.executable, "agent": agent_version,
         "protocol": protocol.PROTOCOL_VERSION,
         "torch": str(version) if version is not None else None,

@@ -10,7 +10,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 
 MAX_BYTES = 1024 * 1024  # rotate at 1 MiB: agent.log -> agent.log.1
 
@@ -62,6 +61,8 @@ def log(message: str) -> None:
 def log_exc(message: str) -> None:
     """``log`` plus the current exception's traceback; never raises."""
     try:
+        import traceback
+
         log(message + "\n" + traceback.format_exc().rstrip())
     except Exception:
         pass

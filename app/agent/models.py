@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import sys
 import threading
 import time
 import types
@@ -85,9 +87,11 @@ class _LastUsedHook:
     does nothing (``is_compiling()`` is constant-folded by dynamo, so no graph
     break, fullgraph=True keeps working).  Pickling / deepcopy of the module
     turns it into a stdlib no-op so ``torch.save(model)`` still works and the
-    file loads where no agent exists.  Known limit: ``torch.jit.script`` of a
-    root compiles its Python hooks and would fail; ``start(last_used=False)``
-    (or VRAM_STEWARD_LAST_USED=0) turns these hooks off.
+    file loads where no agent exists.  ``torch.jit.script`` compiles a
+    module's Python hooks and would reject this one, so the agent wraps
+    ``torch.jit.script`` to lift its hooks for the duration of the call (see
+    ``_install_jit_guard``).  ``start(last_used=False)`` (or
+    VRAM_STEWARD_LAST_USED=0) turns these hooks off altogether.
     """
 
     __slots__ = ("cell", "compiling", "__weakref__")
@@ -107,6 +111,40 @@ class _LastUsedHook:
 
     def __reduce__(self) -> Any:
         return (getattr, (0, "__init__"))
+
+
+_TRACKERS: "weakref.WeakSet" = weakref.WeakSet()  # every tracker whose hooks jit.script must lift
+
+
+def _install_jit_guard(torch: Any, tracker: "ModelTracker") -> None:
+    """Wrap ``torch.jit.script`` so scripting a module never sees our hooks.
+
+    TorchScript compiles every forward pre-hook of the module it scripts and
+    rejects ours (it is Python that records a time).  The wrapper removes the
+    agent's hooks from the module tree for the duration of the call and puts
+    them back afterwards; everything else passes through untouched, errors
+    included.  Installed once per process.
+    """
+    _TRACKERS.add(tracker)
+    jit = getattr(torch, "jit", None)
+    original = getattr(jit, "script", None)
+    if original is None or getattr(original, "_vram_steward_original", None) is not None:
+        return
+
+    def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        lifted = [(t, t.lift_hooks(obj)) for t in list(_TRACKERS)]
+        try:
+            return original(obj, *args, **kwargs)
+        finally:
+            for t, hooks in lifted:
+                t.restore_hooks(hooks)
+
+    try:
+        functools.update_wrapper(script, original)
+        script._vram_steward_original = original  # type: ignore[attr-defined]
+        jit.script = script
+    except Exception as exc:  # a read-only torch.jit: keep the hooks, log it
+        _log.log("could not guard torch.jit.script: %r" % (exc,))
 
 
 def _compiling_fn(torch: Any) -> Any:
@@ -243,6 +281,8 @@ class ModelTracker:
         self._roots: list = []  # weakref.ref to roots, in id order
         self._root_ids: tuple = ()
         self._hooks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._hook_lock = threading.RLock()  # hooks change on the agent thread and in jit.script
+        self._lifted: "weakref.WeakSet" = weakref.WeakSet()  # hooks lifted while scripting
         self._cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._groups: dict[str, str] = {}
         self._group_due = False
@@ -347,20 +387,22 @@ class ModelTracker:
         for old in list(self._hooks.keys()):
             if id(old) not in root_set:
                 self._unhook(old)
-        if self.last_used_enabled:
+        if self.last_used_enabled and roots:
+            _install_jit_guard(torch, self)
             compiling = _compiling_fn(torch)
             script_type = getattr(getattr(torch, "jit", None), "ScriptModule", None)
-            for m in roots:
-                if m in self._hooks:
-                    continue
-                if script_type is not None and isinstance(m, script_type):
-                    continue
-                try:
-                    cell = [None]
-                    handle = m.register_forward_pre_hook(_LastUsedHook(cell, compiling))
-                    self._hooks[m] = (cell, handle)
-                except Exception as exc:
-                    _log.log("forward pre-hook on %s failed: %r" % (qualified_class(m), exc))
+            with self._hook_lock:
+                for m in roots:
+                    if m in self._hooks or m in self._lifted:
+                        continue
+                    if script_type is not None and isinstance(m, script_type):
+                        continue
+                    try:
+                        cell = [None]
+                        handle = m.register_forward_pre_hook(_LastUsedHook(cell, compiling))
+                        self._hooks[m] = (cell, handle)
+                    except Exception as exc:
+                        _log.log("forward pre-hook on %s failed: %r" % (qualified_class(m), exc))
         self._roots = [weakref.ref(m) for m in roots]
         changed = new_ids != self._root_ids
         self._root_ids = new_ids
@@ -369,12 +411,45 @@ class ModelTracker:
         return changed
 
     def _unhook(self, module: Any) -> None:
-        entry = self._hooks.pop(module, None)
+        with self._hook_lock:
+            entry = self._hooks.pop(module, None)
         if entry is not None:
             try:
                 entry[1].remove()
             except Exception:
                 pass
+
+    def lift_hooks(self, obj: Any) -> list:
+        """Remove our hooks from ``obj``'s module tree (user thread, jit.script)."""
+        lifted: list = []
+        try:
+            modules = obj.modules() if callable(getattr(obj, "modules", None)) else ()
+            with self._hook_lock:
+                for m in modules:
+                    entry = self._hooks.pop(m, None)
+                    if entry is None:
+                        continue
+                    self._lifted.add(m)
+                    lifted.append((m, entry[0]))
+                    entry[1].remove()
+        except Exception as exc:
+            _log.log("lifting hooks for jit.script failed: %r" % (exc,))
+        return lifted
+
+    def restore_hooks(self, lifted: list) -> None:
+        """Put back what ``lift_hooks`` took, keeping each model's last-used time."""
+        if not lifted:
+            return
+        torch = sys.modules.get("torch")
+        compiling = _compiling_fn(torch) if torch is not None else (lambda: False)
+        with self._hook_lock:
+            for m, cell in lifted:
+                self._lifted.discard(m)
+                try:
+                    handle = m.register_forward_pre_hook(_LastUsedHook(cell, compiling))
+                    self._hooks[m] = (cell, handle)
+                except Exception as exc:
+                    _log.log("restoring a hook after jit.script failed: %r" % (exc,))
 
     def remove_hooks(self) -> None:
         for m in list(self._hooks.keys()):

@@ -15,7 +15,6 @@ Windows
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import sys
@@ -99,6 +98,8 @@ def socket_dir(runtime: str | None = None, pid: int | None = None) -> str:
     name = "%d.sock" % (pid if pid is not None else os.getpid())
     path = os.path.join(runtime, "s")
     if len(os.path.join(path, name).encode()) > MAX_SOCKET_PATH:
+        import hashlib
+
         digest = hashlib.sha1(runtime.encode("utf-8", "replace")).hexdigest()[:8]
         base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
         path = os.path.join(base, "vst-%d-%s" % (_uid(), digest))

@@ -40,8 +40,6 @@ Error codes
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import struct
 from typing import Any, Iterator
@@ -155,6 +153,9 @@ def event(name: str, data: dict[str, Any]) -> dict[str, Any]:
 
 def auth_hmac(token: str, challenge: str) -> str:
     """The ``auth`` request's ``hmac``: HMAC-SHA256(token as ASCII, challenge bytes), hex."""
+    import hashlib  # only the TCP transport needs these: keep start-up light
+    import hmac
+
     return hmac.new(token.encode("ascii"), bytes.fromhex(challenge), hashlib.sha256).hexdigest()
 
 

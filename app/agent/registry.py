@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from typing import Any
@@ -55,7 +54,7 @@ def make_entry(address: str, transport: str, token: str | None, protocol: int,
         cwd = None
     return {
         "pid": os.getpid(), "create_time": process_create_time(), "argv": command_line(),
-        "python": platform.python_version(), "torch": torch_version(),
+        "python": "%d.%d.%d" % tuple(sys.version_info[:3]), "torch": torch_version(),
         "protocol": protocol, "agent": agent, "address": address, "transport": transport,
         "token": token if transport == "tcp" else None, "started_at": started_at,
         "executable": sys.executable, "cwd": cwd,

@@ -167,13 +167,19 @@ class Agent:
             if self.entry.get("torch") is None and getattr(torch, "__version__", None):
                 self.entry["torch"] = str(torch.__version__)
                 self._write_registry()
-            server = self.server
-            if server is not None and any(c.events and "models_changed" in c.events
-                                          for c in list(server._conns.values())):
-                before = self.tracker._root_ids
+            # Roots are refreshed here too (cheap unless the hooks saw a change),
+            # so "last used" hooks are in place within a tick of a model's
+            # creation, not only once somebody asks for a report.
+            before = self.tracker._root_ids
+            try:
                 self.tracker.refresh(torch)
-                if self.tracker._root_ids != before:
-                    self._emit("models_changed", {"models": list(self.tracker._root_ids)})
+            except Exception:
+                _log.log_exc("model refresh failed")
+            server = self.server
+            if (self.tracker._root_ids != before and server is not None
+                    and any(c.events and "models_changed" in c.events
+                            for c in list(server._conns.values()))):
+                self._emit("models_changed", {"models": list(self.tracker._root_ids)})
         now = time.monotonic()
         if now >= self._next_maintenance:
             self._next_maintenance = now + self.registry_interval

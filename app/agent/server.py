@@ -10,9 +10,7 @@ short-lived worker thread so other clients keep being served.
 from __future__ import annotations
 
 import collections
-import hmac
 import os
-import secrets
 import selectors
 import socket
 import struct
@@ -121,7 +119,7 @@ class Server:
         self.options = options or Options()
         self.on_tick = on_tick
         self.on_dead = on_dead
-        self.token = secrets.token_hex(32) if transport == "tcp" else None
+        self.token = _token_hex() if transport == "tcp" else None
         self.owner_pid = os.getpid()
         self._uid = _own_uid()
         self._listener: socket.socket | None = None
@@ -327,7 +325,7 @@ class Server:
             hello = dict(self.hello)
             if self.transport == "tcp":
                 conn.authed = False
-                conn.challenge = secrets.token_hex(32)
+                conn.challenge = _token_hex()
                 hello["auth"] = {"challenge": conn.challenge}
             else:
                 hello["auth"] = None
@@ -382,7 +380,7 @@ class Server:
                 if isinstance(mac, str) and conn.challenge and self.token:
                     try:
                         expected = protocol.auth_hmac(self.token, conn.challenge)
-                        ok = hmac.compare_digest(expected, mac)
+                        ok = _compare_digest(expected, mac)
                     except Exception:
                         ok = False
             if not ok:
@@ -534,3 +532,15 @@ class Server:
             conn.sock.close()
         except Exception:
             pass
+
+
+def _token_hex() -> str:
+    import secrets  # TCP transport only (Windows): not imported on the Unix path
+
+    return secrets.token_hex(32)
+
+
+def _compare_digest(a: str, b: str) -> bool:
+    import hmac
+
+    return hmac.compare_digest(a, b)

@@ -26,6 +26,15 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _bare_uuid(uuid: str) -> str:
+    """"GPU-1a2b…" (NVML) and "1a2b…" (CUDA) name the same device."""
+    text = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
+
+
 def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
@@ -67,7 +76,7 @@ class AgentEntry:
 class DeviceMemory:
     """The CUDA caching allocator's figures for one device (bytes, counts)."""
 
-    index: int
+    index: int  # CUDA ordinal inside the process (renumbered by CUDA_VISIBLE_DEVICES)
     allocated: int | None  # live tensors
     reserved: int | None  # held by the caching allocator (allocated + cache)
     peak_allocated: int | None = None
@@ -77,6 +86,7 @@ class DeviceMemory:
     requested: int | None = None
     num_alloc_retries: int | None = None  # cudaMalloc failed, cache flushed, retried
     num_ooms: int | None = None
+    uuid: str | None = None  # as CUDA reports it; maps the ordinal to an NVML device
 
     @property
     def cache(self) -> int | None:
@@ -90,7 +100,7 @@ class DeviceMemory:
         index = _int(data.get("index"))
         if index is None or index < 0:
             return None
-        return cls(index=index, **{k: _int(data.get(k)) for k in (
+        return cls(index=index, uuid=_str(data.get("uuid")), **{k: _int(data.get(k)) for k in (
             "allocated", "reserved", "peak_allocated", "peak_reserved", "active",
             "inactive_split", "requested", "num_alloc_retries", "num_ooms")})
 
@@ -163,6 +173,26 @@ class AgentReport:
             if dev.index == index:
                 return dev
         return None
+
+    def device_for_gpu(self, gpu_index: int, gpu_uuid: str | None) -> DeviceMemory | None:
+        """This process's allocator figures for the NVML device (index, uuid).
+
+        Matched by UUID when the agent reports them, because CUDA_VISIBLE_DEVICES
+        renumbers devices inside the process (its cuda:0 may be NVML GPU 3);
+        by index only when the agent cannot say.
+        """
+        if gpu_uuid and any(d.uuid for d in self.devices):
+            want = _bare_uuid(gpu_uuid)
+            for dev in self.devices:
+                if dev.uuid and _bare_uuid(dev.uuid) == want:
+                    return dev
+            return None
+        return self.device(gpu_index)
+
+    def param_bytes_for_gpu(self, gpu_index: int, gpu_uuid: str | None) -> int | None:
+        """Model parameter bytes on that NVML device (None if the device is unknown)."""
+        dev = self.device_for_gpu(gpu_index, gpu_uuid)
+        return None if dev is None else self.param_bytes_on(dev.index)
 
     def param_bytes_on(self, index: int) -> int:
         """Bytes of model parameters this process holds on CUDA device ``index``."""

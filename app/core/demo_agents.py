@@ -23,7 +23,7 @@ from app.core.agents import AgentDirectory
 from app.core.demo_source import MiB, DemoSource, WatchedState
 
 PYTHON = "3.11.9"
-TORCH = "2.5.1+cu124"
+TORCH = "2.13.0+cu130"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +119,10 @@ class DemoAgents(AgentDirectory):
                                   agent_version="demo"))
         return out
 
+    def _gpu_uuid(self, gpu: int) -> str:
+        """CUDA's spelling of the demo GPU's UUID (NVML's without "GPU-")."""
+        return f"demo{self.source.seed:04d}-{gpu:04d}"
+
     def free_cache(self, pid: int, timeout_s: float = 30.0) -> FreeCacheResult:
         with self._lock:
             self.source.read()  # the figures now, not at the last tick
@@ -185,7 +189,8 @@ class DemoAgents(AgentDirectory):
                            peak_reserved=peak_reserved, active=allocated,
                            inactive_split=min(reserved - allocated, 37 * MiB)
                            if reserved > allocated else 0,
-                           requested=allocated, num_alloc_retries=0, num_ooms=0)
+                           requested=allocated, num_alloc_retries=0, num_ooms=0,
+                           uuid=self._gpu_uuid(st.gpu))
         return AgentReport(pid=pid, argv=tuple(proc.command.split()), python=PYTHON,
                            torch=TORCH, torch_status="loaded", cuda_initialized=True,
                            allocator_backend="native", devices=(dev,), models=models,

@@ -53,12 +53,12 @@ def segment_color(name: str, palette: QPalette) -> QColor:
     return pal.context_color(palette)
 
 
-def breakdown_of(report: AgentReport, gpu_index: int, nvml_used: int | None) -> VramBreakdown:
-    """This process's VRAM on NVML GPU ``gpu_index``, split with its agent's figures.
-
-    The agent's device index is taken to be the NVML index (the agent reports
-    devices by their physical index)."""
-    return VramBreakdown.of(nvml_used, report.device(gpu_index), report.param_bytes_on(gpu_index))
+def breakdown_of(report: AgentReport, gpu_index: int, nvml_used: int | None,
+                 gpu_uuid: str | None = None) -> VramBreakdown:
+    """This process's VRAM on NVML GPU ``gpu_index``, split with its agent's figures
+    (the agent's device found by UUID where it reports one, see device_for_gpu)."""
+    return VramBreakdown.of(nvml_used, report.device_for_gpu(gpu_index, gpu_uuid),
+                            report.param_bytes_for_gpu(gpu_index, gpu_uuid))
 
 
 def segment_sizes(b: VramBreakdown) -> dict[str, int | None]:
@@ -302,7 +302,7 @@ class AgentSection(QWidget):
         for p in gpu.processes:
             report = agents.get(p.pid)
             if report is not None:
-                entries.append((p, report, breakdown_of(report, gpu.index, p.gpu_memory)))
+                entries.append((p, report, breakdown_of(report, gpu.index, p.gpu_memory, gpu.uuid)))
         entries.sort(key=lambda e: -(e[0].gpu_memory or 0))
         scale = max((bar_total(b) for _, _, b in entries), default=0)
         while len(self.rows) < len(entries):
@@ -709,7 +709,7 @@ class ProcessDetailView(QDialog):
         rows = []
         if report is not None:
             for g, p in procs:
-                rows.append((g, p, breakdown_of(report, g.index, p.gpu_memory)))
+                rows.append((g, p, breakdown_of(report, g.index, p.gpu_memory, g.uuid)))
         scale = max((bar_total(b) for _, _, b in rows), default=0)
         while len(self.gpu_rows) < len(rows):
             row = BreakdownRow(self, name_width=150)
@@ -717,7 +717,7 @@ class ProcessDetailView(QDialog):
             self.gpu_rows.append(row)
         cache = None
         for row, (g, p, b) in zip(self.gpu_rows, rows):
-            dev = report.device(g.index) if report else None
+            dev = report.device_for_gpu(g.index, g.uuid) if report else None
             tip = breakdown_tooltip(f"GPU {g.display_id}: {g.name}", b)
             if dev is not None:
                 tip += (f"\n\nPeak allocated: {fmt_bytes(dev.peak_allocated, 2)}"

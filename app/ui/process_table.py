@@ -348,7 +348,7 @@ class ProcessTableModel(QAbstractTableModel):
                     report = agents.get(p.pid)
                     if report is not None:
                         row.agent = report
-                        row.device = report.device(gpu.index)
+                        row.device = report.device_for_gpu(gpu.index, gpu.uuid)
                 fresh[row.key] = row
 
         # Departures, removed in contiguous blocks from the bottom up.

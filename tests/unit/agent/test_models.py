@@ -228,3 +228,29 @@ def test_compiled_fullgraph_with_last_used_hook(agent):
     assert len(model._forward_pre_hooks) == 1
     out = torch.compile(model, fullgraph=True, backend="eager")(torch.ones(1, 2))
     assert out.shape == (1, 2)
+
+
+def test_jit_script_works_on_a_model_with_the_last_used_hook(agent):
+    class Scriptable(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.l(x)
+
+    model = Scriptable()
+    report(agent)  # installs the last_used hook on the new root
+    assert len(model._forward_pre_hooks) == 1
+    x = torch.ones(1, 3)
+    scripted = torch.jit.script(model)  # TorchScript would reject a Python hook
+    assert torch.equal(scripted(x), model(x))
+    # The hook is back on the eager model and still records forwards.
+    assert len(model._forward_pre_hooks) == 1
+    before = time.time()
+    model(x)
+    entry = next(m for m in report(agent)["models"] if m["class"].endswith("Scriptable"))
+    assert entry["last_used"] is not None and entry["last_used"] >= before - 1
+    # Errors from TorchScript itself still reach the caller unchanged.
+    with pytest.raises(Exception):
+        torch.jit.script(lambda: undefined_name)  # noqa: F821

@@ -343,7 +343,12 @@ def test_fuzz_live_agent(fuzz_child, chunks):
 def test_fuzzed_child_still_answers_and_trains_identically(fuzz_child):
     c = Client(fuzz_child["entry"]["address"])
     assert c.call("ping")["result"] == {"pong": True}
+    # The child announces READY before it imports torch; give it time to build its model.
+    deadline = time.monotonic() + 60
     rep = c.call("report")["result"]
+    while not rep["models"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+        rep = c.call("report")["result"]
     assert [m["class"] for m in rep["models"]] == ["torch.nn.modules.container.Sequential"]
     c.close()
     open(fuzz_child["stop"], "w").close()
