@@ -107,6 +107,7 @@ CHILD = textwrap.dedent("""
             break
         if cmd[0] == "block":
             times, cpu = [], []
+            a0 = agent_cpu() if agent is not None else None
             w0, c0 = time.perf_counter(), time.process_time()
             end = w0 + float(cmd[1])
             t0, p0 = w0, c0
@@ -119,7 +120,9 @@ CHILD = textwrap.dedent("""
                 if t1 >= end:
                     break
             n = len(times)
+            a1 = agent_cpu() if a0 is not None else None
             print(json.dumps({"median": statistics.median(times), "mean": (t1 - w0) / n,
+                              "agent_cpu": None if a1 is None else a1 - a0,
                               "cpu_median": statistics.median(cpu),
                               "cpu_mean": (p1 - c0) / n, "steps": n}), flush=True)
         elif cmd[0] == "count":
@@ -340,14 +343,15 @@ def main(argv: list[str]) -> None:
           f"{statistics.median(rtt) * 1e3 if rtt else float('nan'):.2f} ms, "
           f"{poller.models} model(s) in the last report")
     print(f"  agent child served {counts['served']} report requests")
+    shares = [b["agent_cpu"] / (b["mean"] * b["steps"]) for b in agent.blocks
+              if b.get("agent_cpu") is not None]
     cpu_s = counts.get("agent_thread_cpu")
-    if cpu_s is not None:
-        busy = sum(b["mean"] * b["steps"] for b in agent.blocks)  # its measured blocks
-        print(f"  agent thread CPU time over the whole run: {cpu_s * 1e3:.1f} ms = "
-              f"{cpu_s / max(1, counts['served']) * 1e3:.3f} ms per report served, "
-              f"{cpu_s / busy * 100:.3f} % of the agent child's {busy:.0f} s of measured "
-              f"training (the bound on its direct CPU cost when sharing the core)")
-
+    if shares and cpu_s is not None:
+        print(f"  agent thread CPU time during the agent child's blocks: median "
+              f"{statistics.median(shares) * 100:.3f} % of the block (max "
+              f"{max(shares) * 100:.3f} %); whole run {cpu_s * 1e3:.1f} ms, "
+              f"{cpu_s / max(1, counts['served']) * 1e3:.3f} ms per report served "
+              f"(ticks included)")
 
 if __name__ == "__main__":
     main(sys.argv[1:])

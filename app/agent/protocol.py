@@ -31,6 +31,22 @@ Methods (the allowlist; anything else is ``unknown_method``)
                     "gc_collected"}`` (bytes)
     ``gc``          ``{}`` -> ``{"collected": n, "seconds": s}``
     ``subscribe``   ``{"events": ["oom", ...]}`` -> ``{"events": [...]}``
+    ``unload``      ``{"model": "m1", "to": "cpu"|"disk", "force": false}`` ->
+                    the model event (below) once the model is offloaded; refused
+                    with ``refused`` and a reason (training mode, forward running,
+                    torch.compile, ...) leaving the model resident and usable
+    ``reload``      ``{"model": "m1"}`` -> the model event once resident again
+    ``pin``         ``{"model": "m1", "pinned": true}`` -> ``{"model", "pinned"}``;
+                    pinned models are exempt from automatic unloading
+    ``set_policy``  ``{"idle_unload_s": 600 | null}`` -> ``{"idle_unload_s"}``: the
+                    agent's own idle TTL (works with no app running; off = null)
+
+Model events (in ``report``'s ``"events"``, the last 64, and pushed as the
+``model_state`` event to subscribers):
+    ``{"seq": n, "time": epoch_s, "model": "m1", "name", "action": "unload"|"reload",
+    "state": "resident"|"unloading"|"offloaded"|"reloading", "target": "cpu"|"disk"|null,
+    "bytes_moved", "bytes_released", "seconds", "reason": "manual"|"idle"|"pressure"|"forward",
+    "ok": bool, "error": str|null}``
 
 Error codes
     ``bad_request`` (not a valid request object), ``unknown_method``,
@@ -48,14 +64,17 @@ PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024  # 1 MiB: reports are a few KiB; a model list stays far below
 HEADER = struct.Struct(">I")
 
-METHODS = frozenset({"hello", "ping", "report", "free_cache", "gc", "subscribe", "auth"})
-EVENTS = frozenset({"oom", "alloc_retries", "models_changed"})
+METHODS = frozenset({"hello", "ping", "report", "free_cache", "gc", "subscribe", "auth",
+                     "unload", "reload", "pin", "set_policy"})
+EVENTS = frozenset({"oom", "alloc_retries", "models_changed", "model_state"})
 
 BAD_REQUEST = "bad_request"
 UNKNOWN_METHOD = "unknown_method"
 BAD_PARAMS = "bad_params"
 UNAUTHORIZED = "unauthorized"
 BUSY = "busy"
+REFUSED = "refused"  # a model action that would not be safe: the reason says why
+NOT_FOUND = "not_found"  # no such model (it may have been garbage-collected)
 FAILED = "failed"
 INTERNAL = "internal"
 

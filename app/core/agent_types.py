@@ -35,6 +35,13 @@ def _bare_uuid(uuid: str) -> str:
     return text
 
 
+def _events(raw: Any) -> tuple["ModelEvent", ...]:
+    if not isinstance(raw, list):
+        return ()
+    parsed = (ModelEvent.from_json(x) for x in raw if isinstance(x, dict))
+    return tuple(e for e in parsed if e is not None)
+
+
 def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
@@ -121,6 +128,14 @@ class ModelInfo:
     last_used: float | None  # epoch seconds of the last forward, None = never seen
     requires_grad: bool | None = None
     group: str | None = None  # pipeline the model belongs to, e.g. "StableDiffusionPipeline"
+    # Model manager (unload / reload):
+    state: str = "resident"  # "resident", "unloading", "offloaded", "reloading"
+    offloaded_to: str | None = None  # "cpu" or "disk" while offloaded
+    pinned: bool = False  # exempt from automatic unloading
+    # Why the agent would refuse an automatic unload (None = eligible when idle):
+    # "training mode", "requires grad", "pinned", "torch.compile", "never used" ...
+    auto_unload_blocker: str | None = None
+    home_device: str | None = None  # where the weights live when resident ("cuda:0")
     # bytes per device: {"cuda:0": {"params": n, "buffers": n}}
     bytes_by_device: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -147,7 +162,65 @@ class ModelInfo:
             buffer_bytes=_int(data.get("buffer_bytes")), device=_str(data.get("device")),
             dtype=_str(data.get("dtype")), training=_bool(data.get("training")),
             last_used=_float(data.get("last_used")), requires_grad=_bool(data.get("requires_grad")),
-            group=_str(data.get("group")), bytes_by_device=by_device)
+            group=_str(data.get("group")), bytes_by_device=by_device,
+            state=_str(data.get("state")) or "resident",
+            offloaded_to=_str(data.get("offloaded_to")), pinned=data.get("pinned") is True,
+            auto_unload_blocker=_str(data.get("auto_unload_blocker")),
+            home_device=_str(data.get("home_device")))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEvent:
+    """One unload or reload of a model, as the agent saw it (bytes, seconds)."""
+
+    seq: int
+    time: float  # epoch seconds
+    model: str
+    name: str
+    action: str  # "unload" or "reload"
+    state: str
+    target: str | None = None  # "cpu" or "disk"
+    bytes_moved: int | None = None
+    bytes_released: int | None = None  # what the allocator really gave back to the driver
+    seconds: float | None = None
+    reason: str = "manual"  # "manual", "idle", "pressure", "forward"
+    ok: bool = True
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ModelEvent | None":
+        seq, when, model = _int(data.get("seq")), _float(data.get("time")), _str(data.get("model"))
+        action = _str(data.get("action"))
+        if seq is None or when is None or not model or action not in ("unload", "reload"):
+            return None
+        return cls(seq=seq, time=when, model=model, name=_str(data.get("name")) or model,
+                   action=action, state=_str(data.get("state")) or "?",
+                   target=_str(data.get("target")), bytes_moved=_int(data.get("bytes_moved")),
+                   bytes_released=_int(data.get("bytes_released")),
+                   seconds=_float(data.get("seconds")), reason=_str(data.get("reason")) or "manual",
+                   ok=data.get("ok") is not False, error=_str(data.get("error")))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelActionResult:
+    """Outcome of unload / reload / pin for one model."""
+
+    pid: int
+    model: str
+    ok: bool
+    event: ModelEvent | None = None
+    pinned: bool | None = None
+    error: str | None = None
+    code: str | None = None  # protocol error code, e.g. "refused"
+
+    def to_json(self) -> dict[str, Any]:
+        ev = self.event
+        return {"pid": self.pid, "model": self.model, "ok": self.ok, "error": self.error,
+                "code": self.code, "pinned": self.pinned,
+                "state": ev.state if ev else None, "target": ev.target if ev else None,
+                "bytes_moved": ev.bytes_moved if ev else None,
+                "bytes_released": ev.bytes_released if ev else None,
+                "seconds": ev.seconds if ev else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +238,8 @@ class AgentReport:
     models: tuple[ModelInfo, ...]
     oom_events: int | None = None
     errors: tuple[str, ...] = ()
+    events: tuple[ModelEvent, ...] = ()  # recent model unloads / reloads, oldest first
+    idle_unload_s: float | None = None  # the agent's own idle TTL; None = off
     received_at: float = 0.0  # epoch seconds
     round_trip_s: float | None = None
 
@@ -225,6 +300,9 @@ class AgentReport:
             if isinstance(models, list) else (),
             oom_events=_int(data.get("oom_events")),
             errors=tuple(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else (),
+            events=_events(data.get("events")),
+            idle_unload_s=_float((data.get("policy") or {}).get("idle_unload_s"))
+            if isinstance(data.get("policy"), dict) else None,
             received_at=received_at, round_trip_s=round_trip_s)
 
 

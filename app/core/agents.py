@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 
-from app.core.agent_types import AgentEntry, AgentReport, FreeCacheResult
+from app.core.agent_types import AgentEntry, AgentReport, FreeCacheResult, ModelActionResult
 
 
 class AgentDirectory(abc.ABC):
@@ -28,6 +28,23 @@ class AgentDirectory(abc.ABC):
     @abc.abstractmethod
     def collect_garbage(self, pid: int, timeout_s: float = 30.0) -> dict:
         """gc.collect() alone; ``{"ok", "collected", "seconds", "error"}``."""
+
+    # -- model manager (blocking: call off the GUI thread) ----------------------
+    def unload(self, pid: int, model: str, to: str = "cpu", force: bool = False,
+               reason: str = "manual", timeout_s: float = 300.0) -> ModelActionResult:
+        """Offload a model's weights (to pinned host memory or to disk) and
+        release the allocator cache; refused with a reason when unsafe."""
+        return ModelActionResult(pid, model, False, error="not supported", code="unsupported")
+
+    def reload(self, pid: int, model: str, timeout_s: float = 300.0) -> ModelActionResult:
+        return ModelActionResult(pid, model, False, error="not supported", code="unsupported")
+
+    def pin(self, pid: int, model: str, pinned: bool, timeout_s: float = 10.0) -> ModelActionResult:
+        return ModelActionResult(pid, model, False, error="not supported", code="unsupported")
+
+    def set_idle_unload(self, pid: int, seconds: float | None, timeout_s: float = 10.0) -> dict:
+        """The agent's own idle TTL for process ``pid`` (None = off)."""
+        return {"ok": False, "error": "not supported"}
 
     def start(self) -> None:
         """Begin background polling (if any)."""
