@@ -1,0 +1,65 @@
+"""``%load_ext vram_steward_agent`` in a real IPython shell (what a Jupyter kernel runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("IPython")
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"
+
+SESSION = r"""
+import sys, json, os
+sys.path.insert(0, {bootstrap!r})
+get_ipython().run_line_magic("load_ext", "vram_steward_agent")
+import torch
+model = torch.nn.Linear(64, 32).eval()
+with torch.no_grad():
+    model(torch.ones(1, 64))
+import time
+entries = os.path.join({runtime!r}, "agents")
+deadline = time.time() + 30
+while time.time() < deadline and not os.listdir(entries):
+    time.sleep(0.1)
+print("ENTRY " + json.dumps(sorted(os.listdir(entries))), flush=True)
+sys.path.insert(0, {root!r})
+from app.core.agent_client import read_registry, query_report
+[entry] = read_registry({runtime!r})
+for _ in range(50):
+    report = query_report(entry, 10.0)
+    if report.models:
+        break
+    time.sleep(0.1)
+print("REPORT " + json.dumps({{"pid": report.pid, "me": os.getpid(),
+      "params": [m.params for m in report.models]}}), flush=True)
+get_ipython().run_line_magic("unload_ext", "vram_steward_agent")
+print("AFTER " + json.dumps(sorted(os.listdir(entries))), flush=True)
+"""
+
+
+def test_load_ext_starts_the_agent_in_an_ipython_shell():
+    runtime = tempfile.mkdtemp(prefix="vs-ipy-", dir="/tmp")
+    os.chmod(runtime, 0o700)
+    script = Path(runtime) / "session.ipy"
+    script.write_text(SESSION.format(bootstrap=str(BOOTSTRAP), runtime=runtime, root=str(ROOT)))
+    env = dict(os.environ, VRAM_STEWARD_RUNTIME_DIR=runtime, IPYTHONDIR=str(Path(runtime) / "ipy"))
+    env.pop("VRAM_STEWARD_AGENT", None)
+    done = subprocess.run([sys.executable, "-m", "IPython", "--quick", "--no-banner",
+                           "--colors=NoColor", str(script)],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=runtime)
+    lines = {l.split(" ", 1)[0]: l.split(" ", 1)[1] for l in done.stdout.splitlines()
+             if l.split(" ", 1)[0] in ("ENTRY", "REPORT", "AFTER")}
+    assert "REPORT" in lines, done.stdout + done.stderr
+    report = json.loads(lines["REPORT"])
+    assert report["pid"] == report["me"]  # the agent runs inside the kernel process
+    assert report["params"] == [64 * 32 + 32]
+    assert json.loads(lines["ENTRY"]) == [f"{report['me']}.json"]
+    assert json.loads(lines["AFTER"]) == []  # %unload_ext removes the registration
