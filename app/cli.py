@@ -1,5 +1,6 @@
-"""Command line: the GUI (default), ``status``, the offscreen screenshot, and
-the agent commands (``run``, ``agent-path``, ``agents``, ``free-cache``).
+"""Command line: the GUI (default), ``status``, the offscreen screenshot, the
+agent commands (``run``, ``agent-path``, ``agents``, ``free-cache``) and the
+model manager (``models``, ``unload``, ``reload``, ``pin``, ``policy``).
 
 ``status`` must work over SSH on a server without Qt installed, so Qt is only
 imported on the GUI paths.  ``run`` and ``agent-path`` import nothing beyond
@@ -185,6 +186,31 @@ def _demo_agents(seed: int):  # type: ignore[no-untyped-def]
     return agents
 
 
+def _demo_model_agents(seed: int, replay_s: float = 40.0):  # type: ignore[no-untyped-def]
+    """The demo's agents after its first ``replay_s`` seconds, replayed at 4 Hz
+    through the collector and the pressure policy exactly as the GUI runs them:
+    at ~33 s GPU 0 crosses 90 % and the policy unloads the notebook's idle
+    text encoder and UNet.  The demo then goes on in real time."""
+    from app.core.collector import Collector
+    from app.core.demo_agents import DemoAgents
+    from app.core.demo_source import DemoSource
+    from app.core.pressure_policy import PolicyRunner
+
+    shift = [0.0]
+    source = DemoSource(seed=seed, clock=lambda: time.monotonic() + shift[0])
+    source.open()
+    agents = DemoAgents(source)
+    runner = PolicyRunner(agents, synchronous=True, clock=source.clock)
+    collector = Collector(source, agents=agents, pressure_policy=runner)
+    collector.open()
+    for _ in range(int(replay_s * 4)):
+        collector.collect()
+        shift[0] += 0.25
+    runner.close()
+    source.read()
+    return agents
+
+
 def _gather(func, items, workers: int = 16):  # type: ignore[no-untyped-def]
     """``func`` over ``items`` concurrently (each call bounded by its own timeout)."""
     if len(items) <= 1:
@@ -298,6 +324,241 @@ def cmd_free_cache(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
+# ------------------------------------------------------------ model manager
+
+#: What a model action's failure code means for the exit status.
+_NOT_FOUND_CODES = frozenset({"not_found"})
+
+
+def _one_agent(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(directory, entry) for ``--pid``: a DemoAgents for ``--demo``, else the
+    registry's entry (the directory is then None: calls go straight to it)."""
+    from app.core import agent_client
+
+    if getattr(args, "demo", False):
+        directory = _demo_model_agents(getattr(args, "seed", 7))
+        entry = next((e for e in directory.entries() if e.pid == args.pid), None)
+        return directory, entry
+    entry = next((e for e in agent_client.read_registry() if e.pid == args.pid), None)
+    return None, entry
+
+
+def _no_agent(args: argparse.Namespace) -> int:
+    if getattr(args, "json", False):
+        json.dump({"pid": args.pid, "model": getattr(args, "model", None), "ok": False,
+                   "error": "no agent in that process", "code": "not_found"}, sys.stdout)
+        sys.stdout.write("\n")
+    print(f"{APP_NAME}: no agent in process {args.pid} (list them with `agents`)",
+          file=sys.stderr)
+    return EXIT_NO_AGENT
+
+
+def _action_exit(ok: bool, code: str | None) -> int:
+    if ok:
+        return EXIT_OK
+    return EXIT_NO_AGENT if code in _NOT_FOUND_CODES else EXIT_FAILED
+
+
+def _print_action(result, verb: str) -> None:  # type: ignore[no-untyped-def]
+    from app.core.report import _size
+
+    ev = result.event
+    who = f"{result.pid} {ev.name if ev else result.model}"
+    if not result.ok:
+        print(f"{who}: {verb} {'refused' if result.code == 'refused' else 'failed'}: "
+              f"{result.error}" + (f" [{result.code}]" if result.code else ""))
+        return
+    if ev is None:
+        print(f"{who}: {verb} done")
+        return
+    where = {"unload": f"offloaded to {ev.target}", "reload": f"resident again (from {ev.target})"}
+    text = f"{who}: {where.get(ev.action, ev.state)}: moved {_size(ev.bytes_moved)}"
+    if ev.seconds is not None:
+        text += f" in {ev.seconds:.2f} s"
+    if ev.bytes_released is not None:
+        text += f", released {_size(ev.bytes_released)}"
+    print(text)
+
+
+def cmd_unload(args: argparse.Namespace) -> int:
+    from app.core import agent_client
+
+    directory, entry = _one_agent(args)
+    if entry is None:
+        return _no_agent(args)
+    if directory is not None:
+        result = directory.unload(args.pid, args.model, to=args.to, force=args.force,
+                                  timeout_s=args.timeout)
+    else:
+        result = agent_client.unload(entry, args.model, args.to, args.force,
+                                     timeout_s=args.timeout)
+    return _report_action(args, result, "unload")
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    from app.core import agent_client
+
+    directory, entry = _one_agent(args)
+    if entry is None:
+        return _no_agent(args)
+    if directory is not None:
+        result = directory.reload(args.pid, args.model, timeout_s=args.timeout)
+    else:
+        result = agent_client.reload(entry, args.model, timeout_s=args.timeout)
+    return _report_action(args, result, "reload")
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    from app.core import agent_client
+
+    directory, entry = _one_agent(args)
+    if entry is None:
+        return _no_agent(args)
+    pinned = not args.off
+    if directory is not None:
+        result = directory.pin(args.pid, args.model, pinned, timeout_s=args.timeout)
+    else:
+        result = agent_client.pin(entry, args.model, pinned, timeout_s=args.timeout)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif result.ok:
+        print(f"{result.pid} {result.model}: "
+              + ("pinned (exempt from automatic unloading)" if result.pinned else "unpinned"))
+    else:
+        _print_action(result, "pin")
+    return _action_exit(result.ok, result.code)
+
+
+def _report_action(args: argparse.Namespace, result, verb: str) -> int:  # type: ignore[no-untyped-def]
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_action(result, verb)
+    return _action_exit(result.ok, result.code)
+
+
+def _idle_seconds(text: str) -> float | None:
+    if text.strip().lower() in ("off", "none", "0"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds or 'off': {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("seconds must be > 0 (or 'off')")
+    return value
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    from app.core import agent_client
+
+    directory, entry = _one_agent(args)
+    if entry is None:
+        return _no_agent(args)
+    if directory is not None:
+        result = directory.set_idle_unload(args.pid, args.idle_unload, timeout_s=args.timeout)
+    else:
+        result = agent_client.set_idle_unload(entry, args.idle_unload, timeout_s=args.timeout)
+    result = {"pid": args.pid, **result}
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif result["ok"]:
+        ttl = result["idle_unload_s"]
+        print(f"{args.pid}: " + ("idle unload off" if ttl is None else
+                                 f"models idle for {ttl:g} s are unloaded to cpu by the agent"))
+    else:
+        print(f"{args.pid}: policy failed: {result['error']}"
+              + (f" [{result['code']}]" if result.get("code") else ""))
+    return _action_exit(result["ok"], result.get("code"))
+
+
+def model_records(report, now: float | None = None) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The ``models --json`` records of one agent's report (bytes, seconds)."""
+    seen_at = now if now is not None else (report.received_at or time.time())
+    out = []
+    for m in report.models:
+        home = m.home_device or m.device
+        out.append({
+            "pid": report.pid, "id": m.id, "name": m.name, "class": m.class_name,
+            "group": m.group, "state": m.state, "offloaded_to": m.offloaded_to,
+            "pinned": m.pinned, "device": m.device, "home_device": home, "dtype": m.dtype,
+            "training": m.training, "requires_grad": m.requires_grad, "params": m.params,
+            "param_bytes": m.param_bytes, "buffer_bytes": m.buffer_bytes,
+            "bytes": None if m.param_bytes is None else m.param_bytes + (m.buffer_bytes or 0),
+            "last_used": m.last_used,
+            "idle_s": None if m.last_used is None else round(max(0.0, seen_at - m.last_used), 1),
+            "blocker": m.auto_unload_blocker,
+            "idle_unload_s": report.idle_unload_s,
+            "command": " ".join(report.argv),
+        })
+    return out
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from app.core import agent_client
+
+    errors: list[tuple[int, str]] = []
+    if getattr(args, "demo", False):
+        agents = _demo_model_agents(getattr(args, "seed", 7))
+        reports = [r for _, r in sorted(agents.reports().items())]
+    else:
+        def one(entry):  # type: ignore[no-untyped-def]
+            try:
+                return agent_client.query_report(entry, args.timeout)
+            except (agent_client.AgentUnavailable, agent_client.AgentError) as exc:
+                errors.append((entry.pid, str(exc)))
+                return None
+
+        reports = [r for r in _gather(one, agent_client.read_registry()) if r is not None]
+    records = [rec for r in reports for rec in model_records(r)]
+    if args.json:
+        json.dump(records, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(_models_table(records))
+    for pid, error in errors:
+        print(f"{APP_NAME}: {pid}: {error}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+
+
+def _models_table(records: list[dict]) -> str:
+    from app.core.report import MiB, _size
+
+    if not records:
+        return "no models (start a program with `python main.py run -- COMMAND`)"
+    lines = [f"{'PID':>8}  {'ID':<10} {'NAME':<20} {'CLASS':<22} {'MODE':<5} {'STATE':<16} "
+             f"{'DEVICE':<7} {'HOME':<7} {'PARAMS':>8} {'SIZE':>10} {'IDLE':>7} PIN  BLOCKER"]
+    for r in records:
+        count = r["params"]
+        params = "n/a" if count is None else (
+            f"{count / 1e6:.1f}M" if count >= 100_000 else f"{count:,}")
+        nbytes = r["bytes"]
+        size = f"{nbytes / 1024:.1f} KiB" if nbytes is not None and nbytes < MiB \
+            else _size(nbytes)
+        state = r["state"] + (f" ({r['offloaded_to']})" if r["offloaded_to"] else "")
+        mode = {True: "train", False: "eval"}.get(r["training"], "?")
+        cls = (r["class"] or "?").rsplit(".", 1)[-1]
+        lines.append(f"{r['pid']:>8}  {r['id'][:10]:<10} {r['name'][:20]:<20} {cls[:22]:<22} "
+                     f"{mode:<5} {state:<16} {str(r['device'])[:7]:<7} "
+                     f"{str(r['home_device'])[:7]:<7} {params:>8} {size:>10} "
+                     f"{_duration(r['idle_s']):>7} {'yes' if r['pinned'] else '-':<4} "
+                     f"{r['blocker'] or '-'}")
+    return "\n".join(lines)
+
+
 def cmd_gui(args: argparse.Namespace) -> int:
     from app.ui.application import run_gui
 
@@ -374,6 +635,48 @@ def build_parser() -> argparse.ArgumentParser:
     free.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                       help="per-process timeout (default 30)")
     free.set_defaults(func=cmd_free_cache)
+
+    models = sub.add_parser("models", parents=[common],
+                            help="every agent's models: state, device, size, idle time")
+    models.add_argument("--json", action="store_true", help="machine-readable output")
+    models.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS",
+                        help="per-agent answer timeout (default 2)")
+    models.set_defaults(func=cmd_models)
+
+    def model_command(name: str, help_text: str, func, timeout: float):  # type: ignore[no-untyped-def]
+        p = sub.add_parser(name, parents=[common], help=help_text,
+                           description=help_text + ". Exit 0 when done, 1 when refused or "
+                           "failed, 2 when there is no such agent or model.")
+        p.add_argument("--pid", type=int, required=True, help="the process")
+        p.add_argument("--model", required=True, metavar="ID",
+                       help="the model's id (see `models`)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                       help=f"answer timeout (default {timeout:g})")
+        p.set_defaults(func=func)
+        return p
+
+    unload = model_command("unload", "move a model's weights off the GPU (to pinned host "
+                           "memory or disk) and release the allocator cache", cmd_unload, 300.0)
+    unload.add_argument("--to", choices=("cpu", "disk"), default=None,
+                        help="where the weights go: pinned host memory or a file (default: "
+                             "cpu for a GPU model, disk for a CPU one)")
+    unload.add_argument("--force", action="store_true",
+                        help="unload a training-mode model too (it reloads on its next forward)")
+    model_command("reload", "bring an unloaded model back to its GPU", cmd_reload, 300.0)
+    pin = model_command("pin", "exempt a model from automatic unloading", cmd_pin, 10.0)
+    pin.add_argument("--off", action="store_true", help="unpin instead")
+
+    policy = sub.add_parser("policy", parents=[common],
+                            help="set an agent's own idle-unload time (works without the app)")
+    policy.add_argument("--pid", type=int, required=True, help="the process")
+    policy.add_argument("--idle-unload", type=_idle_seconds, required=True,
+                        metavar="SECONDS|off",
+                        help="unload models idle this long (to cpu); off to stop")
+    policy.add_argument("--json", action="store_true", help="machine-readable output")
+    policy.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="answer timeout (default 10)")
+    policy.set_defaults(func=cmd_policy)
     return parser
 
 

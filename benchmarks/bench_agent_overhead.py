@@ -7,14 +7,19 @@
 2-core machine its runs varied 13.7-18.3 s, far more than the 0.5 % it is
 meant to resolve.  Here instead:
 
-* Long-lived children, started once, all ``torch.set_num_threads(1)``, all
-  running the same small training step (an MLP step of a few ms):
+* Long-lived children, all ``torch.set_num_threads(1)``, all running the
+  same small training step (an MLP step of a few ms), started afresh for
+  each of ``--epochs`` epochs in a rotated creation order (an A/A run,
+  ``--aa``, showed that one process can be ~2 % slower than another for
+  reasons of its own; with fresh processes per epoch that becomes noise
+  spread over the roles instead of a bias on one of them):
   ``agent``   loaded through the bootstrap (``PYTHONPATH=app/agent/_bootstrap``,
               ``VRAM_STEWARD_AGENT=1``, its own ``VRAM_STEWARD_RUNTIME_DIR``);
   ``plain``   the same bootstrap on PYTHONPATH with ``VRAM_STEWARD_AGENT=0``;
   ``control`` a second plain child (unless ``--no-control``): the ratio
               control / plain is the noise floor of comparing two processes.
-* Many short blocks (``--blocks`` per child of ``--block-s`` each), one child
+* Many short blocks (``--blocks`` per child of ``--block-s`` each, split
+  over the epochs), one child
   at a time while the others wait blocked on their stdin pipe, so they never
   compete for the CPU; the order within each round is rotated (every child
   goes first, middle, last equally often) so slow drifts cancel.
@@ -24,13 +29,22 @@ meant to resolve.  Here instead:
 * The children are pinned to one and the same CPU (unless ``--no-pin``): the
   agent's thread then competes with the training thread for that core, so
   whatever work it does is charged to training (an upper bound: on a real
-  machine it would usually run on an idle core).  The poller (this process)
-  is left unpinned.
-* Per block: the median step time.  Per child: the median of its per-block
-  medians.  Printed: ratio agent / plain (target <= 1.005) with a bootstrap
-  95 % interval (blocks resampled), the median of the per-round ratios, the
-  same for control / plain, and the number of ``report`` requests the agent
-  child served (counted inside it) against the number the poller sent.
+  machine it would usually run on an idle core).  This process (the poller,
+  i.e. the app's side) is then kept off that CPU: its work is not the agent's.
+* Per block: the median step time (also the mean, and the process CPU time
+  per step: all threads, so the agent thread's work counts, but time spent
+  descheduled by other processes on a shared machine does not).  Per role:
+  the median of its per-block figures.  Printed: ratio agent / plain (target
+  <= 1.005) with a paired bootstrap 95 % interval (rounds resampled; it does
+  not cover process-to-process variation: see the per-epoch figures and the
+  control / plain noise floor), the median of the per-round ratios, the same
+  for control / plain and agent / control, the agent thread's own CPU time
+  (``pthread_getcpuclockid``) as a share of the block, and the number of
+  ``report`` requests the agent child served (counted inside it) against the
+  number the poller sent.
+
+Diagnosis options: ``--poll-hz 0`` (agent loaded, never asked), ``--agent-env
+VRAM_STEWARD_LAST_USED=0``, ``--aa`` (the "agent" child without the agent).
 
 Figures are printed, nothing is asserted.
 """
@@ -135,7 +149,7 @@ CHILD = textwrap.dedent("""
 
 class Child:
     def __init__(self, name: str, script: Path, runtime: str, with_agent: bool,
-                 cpu: int | None) -> None:
+                 cpu: int | None, extra_env: dict | None = None) -> None:
         self.name = name
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("VRAM_STEWARD_") and k != "PYTHONPATH"}
@@ -147,6 +161,7 @@ class Child:
         env["XDG_STATE_HOME"] = os.path.join(runtime, "state")  # the agent's log
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
+        env.update(extra_env or {})
         self.proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, cwd=runtime)
         if cpu is not None and hasattr(os, "sched_setaffinity"):
@@ -188,10 +203,23 @@ class Child:
             self.proc.kill()
 
 
+class Role:
+    """One role's measured blocks over all epochs (each epoch: fresh processes)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.blocks: list[dict] = []  # in round order, epochs concatenated
+        self.epochs: list[int] = []
+
+    def series(self, key: str) -> list[float]:
+        return [b[key] for b in self.blocks]
+
+
 class Poller:
     """Asks ``report`` (models included) at 4 Hz while ``active`` is set."""
 
-    def __init__(self, entry: agent_client.AgentEntry) -> None:
+    def __init__(self, entry: agent_client.AgentEntry, period_s: float) -> None:
+        self.period_s = period_s
         self.conn = agent_client.AgentConnection(entry, 5.0)
         self.active = threading.Event()
         self.stop = threading.Event()
@@ -204,7 +232,7 @@ class Poller:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            if not self.active.wait(0.05):
+            if self.period_s <= 0 or not self.active.wait(0.05):
                 continue
             t0 = time.perf_counter()
             try:
@@ -214,7 +242,7 @@ class Poller:
             except (agent_client.AgentUnavailable, agent_client.AgentError):
                 self.errors += 1
             self.sent += 1
-            self.stop.wait(max(0.0, POLL_PERIOD_S - (time.perf_counter() - t0)))
+            self.stop.wait(max(0.0, self.period_s - (time.perf_counter() - t0)))
 
     def close(self) -> None:
         self.stop.set()
@@ -277,59 +305,101 @@ def _loadavg() -> str:
 
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--blocks", type=int, default=30, help="measured blocks per child")
-    ap.add_argument("--block-s", type=float, default=1.0, help="seconds per block")
-    ap.add_argument("--warmup", type=int, default=2, help="discarded blocks per child")
+    ap.add_argument("--blocks", type=int, default=60, help="measured blocks per child")
+    ap.add_argument("--block-s", type=float, default=0.5, help="seconds per block")
+    ap.add_argument("--epochs", type=int, default=4,
+                    help="fresh sets of child processes (blocks are split between them)")
+    ap.add_argument("--warmup", type=int, default=2, help="discarded rounds per epoch")
     ap.add_argument("--no-control", action="store_true", help="skip the plain/plain control")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the children to a CPU")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--poll-hz", type=float, default=1 / POLL_PERIOD_S,
+                    help="report requests per second during the agent's blocks (0: none)")
+    ap.add_argument("--aa", action="store_true",
+                    help="diagnosis: the 'agent' child runs WITHOUT the agent (no poller): "
+                         "an A/A test of the setup itself (creation order, placement)")
+    ap.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="extra environment for the agent child (diagnosis), repeatable")
     args = ap.parse_args(argv)
     if not (BOOTSTRAP / "vram_steward_agent.py").exists():
         raise SystemExit("the agent's bootstrap (app/agent/_bootstrap) is not there")
     rng = random.Random(args.seed)
     cpu = None
     if not args.no_pin and hasattr(os, "sched_getaffinity"):
-        cpu = max(os.sched_getaffinity(0))
-    with tempfile.TemporaryDirectory(prefix="vsb-") as tmp:
-        script = Path(tmp) / "train.py"
-        script.write_text(CHILD)
-        children = [Child("agent", script, tmp, True, cpu), Child("plain", script, tmp, False, cpu)]
-        if not args.no_control:
-            children.append(Child("control", script, tmp, False, cpu))
-        agent, plain = children[0], children[1]
-        poller = Poller(_wait_entry(tmp, agent.pid))
-        t_start = time.perf_counter()
-        try:
-            n = len(children)
-            for r in range(args.warmup + args.blocks):
-                k = r % n
-                for child in children[k:] + children[:k]:  # rotate who goes first
-                    if child is agent:
-                        poller.active.set()
-                        time.sleep(0.05)  # the poller is polling when the block starts
-                    res = child.block(args.block_s)
-                    poller.active.clear()
-                    if r >= args.warmup:
-                        child.blocks.append(res)
-            counts = agent.counts()
-        finally:
-            poller.close()
-            for child in children:
-                child.close()
-        wall = time.perf_counter() - t_start
+        cpus = os.sched_getaffinity(0)
+        cpu = max(cpus)
+        if len(cpus) > 1:
+            # this process (the poller: the app's side) keeps off the children's
+            # CPU: its own work is not the agent's in-process cost
+            os.sched_setaffinity(0, cpus - {cpu})
+    names = ["agent", "plain"] + ([] if args.no_control else ["control"])
+    roles = {name: Role(name) for name in names}
+    agent, plain = roles["agent"], roles["plain"]
+    served, agent_cpu_s = 0, 0.0
+    polls = {"sent": 0, "errors": 0, "rtt": [], "models": None}
+    per_epoch = [args.blocks // args.epochs + (1 if e < args.blocks % args.epochs else 0)
+                 for e in range(args.epochs)]
+    t_start = time.perf_counter()
+    for epoch, rounds in enumerate(per_epoch):
+        with tempfile.TemporaryDirectory(prefix="vsb-") as tmp:
+            script = Path(tmp) / "train.py"
+            script.write_text(CHILD)
+            extra = dict(kv.split("=", 1) for kv in args.agent_env)
+            # fresh processes every epoch, created in a rotated order: which
+            # process runs faster for reasons of its own (creation order, memory
+            # placement) changes from epoch to epoch instead of biasing one role
+            order = names[epoch % len(names):] + names[:epoch % len(names)]
+            children: dict[str, Child] = {}
+            poller = None
+            try:
+                for name in order:
+                    children[name] = Child(name, script, tmp,
+                                           name == "agent" and not args.aa, cpu,
+                                           extra if name == "agent" else None)
+                if not args.aa:
+                    poller = Poller(_wait_entry(tmp, children["agent"].pid),
+                                    1 / args.poll_hz if args.poll_hz > 0 else 0.0)
+                run = [children[name] for name in names]
+                for r in range(args.warmup + rounds):
+                    k = r % len(run)
+                    for child in run[k:] + run[:k]:  # rotate who goes first
+                        if child.name == "agent" and poller is not None:
+                            poller.active.set()
+                            time.sleep(0.05)  # the poller is polling when the block starts
+                        res = child.block(args.block_s)
+                        if poller is not None:
+                            poller.active.clear()
+                        if r >= args.warmup:
+                            roles[child.name].blocks.append(res)
+                            roles[child.name].epochs.append(epoch)
+                counts = children["agent"].counts()
+                served += counts["served"]
+                agent_cpu_s += counts.get("agent_thread_cpu") or 0.0
+            finally:
+                if poller is not None:
+                    poller.close()
+                    polls["sent"] += poller.sent
+                    polls["errors"] += poller.errors
+                    polls["rtt"] += poller.rtt
+                    polls["models"] = poller.models
+                for child in children.values():
+                    child.close()
+    wall = time.perf_counter() - t_start
+    counts = {"served": served, "agent_thread_cpu": agent_cpu_s if not args.aa else None}
 
-    print(f"agent overhead: {args.blocks} rounds x {len(children)} children x "
-          f"{args.block_s:.1f} s blocks (+{args.warmup} warm-up rounds), "
-          f"{'pinned to CPU %d' % cpu if cpu is not None else 'unpinned'}, "
+    print(f"agent overhead: {args.blocks} rounds x {len(names)} children x "
+          f"{args.block_s:.1f} s blocks in {args.epochs} epochs of fresh processes "
+          f"(+{args.warmup} warm-up rounds each), "
+          f"{'pinned to CPU %d (poller off it)' % cpu if cpu is not None else 'unpinned'}, "
           f"1 torch thread each, {wall:.0f} s wall, load average {_loadavg()}")
-    for child in children:
+    for child in roles.values():
         ms = [m * 1e3 for m in child.series("median")]
         print(f"  {child.name:<8} per-block median step: median {statistics.median(ms):.3f} ms,"
               f" min {min(ms):.3f}, max {max(ms):.3f} (max/min {max(ms) / min(ms):.3f}); "
               f"{statistics.median(child.series('steps')):.0f} steps/block")
     pairs = [(agent, plain, "agent / plain", "target <= 1.005")]
     if not args.no_control:
-        control = children[2]
+        control = roles["control"]
         pairs += [(control, plain, "control / plain", "noise floor: two plain processes"),
                   (agent, control, "agent / control", "")]
     for key, what in METRICS:
@@ -337,11 +407,25 @@ def main(argv: list[str]) -> None:
         for num, den, label, note in pairs:
             print(f"    {label:<16} {_summary(num, den, key, rng)}"
                   + (f"  ({note})" if note else ""))
-    rtt = sorted(poller.rtt)
-    print(f"  poller: {poller.sent} report requests (models included) at 4 Hz during the agent's"
-          f" blocks, {poller.errors} errors, median round trip "
-          f"{statistics.median(rtt) * 1e3 if rtt else float('nan'):.2f} ms, "
-          f"{poller.models} model(s) in the last report")
+    for key in ("median", "cpu_mean"):
+        parts = []
+        for num, den, label, _note in pairs[:2]:
+            per = []
+            for e in range(args.epochs):
+                a = [b[key] for b, ep in zip(num.blocks, num.epochs) if ep == e]
+                c = [b[key] for b, ep in zip(den.blocks, den.epochs) if ep == e]
+                if a and c:
+                    per.append("%.4f" % statistics.median([x / y for x, y in zip(a, c)]))
+            parts.append(f"{label} {' '.join(per)}")
+        print(f"  per epoch (fresh processes), median per-round ratio of {key}: "
+              + "; ".join(parts))
+    if not args.aa:
+        rtt = sorted(polls["rtt"])
+        print(f"  poller: {polls['sent']} report requests (models included) at "
+              f"{args.poll_hz:g} Hz during the agent's blocks, {polls['errors']} errors, "
+              f"median round trip "
+              f"{statistics.median(rtt) * 1e3 if rtt else float('nan'):.2f} ms, "
+              f"{polls['models']} model(s) in the last report")
     print(f"  agent child served {counts['served']} report requests")
     shares = [b["agent_cpu"] / (b["mean"] * b["steps"]) for b in agent.blocks
               if b.get("agent_cpu") is not None]
@@ -352,6 +436,7 @@ def main(argv: list[str]) -> None:
               f"{max(shares) * 100:.3f} %); whole run {cpu_s * 1e3:.1f} ms, "
               f"{cpu_s / max(1, counts['served']) * 1e3:.3f} ms per report served "
               f"(ticks included)")
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

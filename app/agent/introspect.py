@@ -158,7 +158,7 @@ class CudaWatch:
 
 
 def build_report(agent_version: str, tracker: Any, watch: CudaWatch,
-                 params: dict[str, Any]) -> dict[str, Any]:
+                 params: dict[str, Any], manager: Any = None) -> dict[str, Any]:
     errors: list[str] = []
     torch = loaded_torch()
     version = getattr(torch, "__version__", None) if torch is not None else None
@@ -171,6 +171,8 @@ def build_report(agent_version: str, tracker: Any, watch: CudaWatch,
         "cuda_initialized": False, "allocator_backend": None, "devices": [],
         "models": [], "oom_events": watch.oom_events, "errors": errors,
         "discovery": {"method": None, "scan_seconds": None, "modules_tracked": 0},
+        "events": manager.recent_events() if manager is not None else [],
+        "policy": manager.policy() if manager is not None else {"idle_unload_s": None},
     }
     if torch is None:
         if "torch" in sys.modules:
@@ -194,7 +196,8 @@ def build_report(agent_version: str, tracker: Any, watch: CudaWatch,
         try:
             tracker.refresh(torch)
             tracker.maybe_group()
-            report["models"] = tracker.models(errors)
+            report["models"] = tracker.models(
+                errors, manager.annotate if manager is not None else None)
         except Exception as exc:
             _log.log_exc("model discovery failed")
             errors.append("model discovery failed: %r" % (exc,))

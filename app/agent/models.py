@@ -27,6 +27,7 @@ import types
 import weakref
 from typing import Any
 
+from . import guard as _guard
 from . import log as _log
 
 FIGURES_TTL_S = 1.0
@@ -80,37 +81,17 @@ def _noop_hook_factory() -> Any:
     return (0).__init__  # accepts (module, args), returns None, no side effect
 
 
-class _LastUsedHook:
-    """Forward pre-hook on a root: stores time.time() in a one-slot list.
-
-    Tiny (a float store), never raises, returns None.  Under torch.compile it
-    does nothing (``is_compiling()`` is constant-folded by dynamo, so no graph
-    break, fullgraph=True keeps working).  Pickling / deepcopy of the module
-    turns it into a stdlib no-op so ``torch.save(model)`` still works and the
-    file loads where no agent exists.  ``torch.jit.script`` compiles a
-    module's Python hooks and would reject this one, so the agent wraps
-    ``torch.jit.script`` to lift its hooks for the duration of the call (see
-    ``_install_jit_guard``).  ``start(last_used=False)`` (or
-    VRAM_STEWARD_LAST_USED=0) turns these hooks off altogether.
-    """
-
-    __slots__ = ("cell", "compiling", "__weakref__")
-    __name__ = "vram_steward_last_used"
-
-    def __init__(self, cell: list, compiling: Any) -> None:
-        self.cell = cell
-        self.compiling = compiling
-
-    def __call__(self, module: Any, args: Any) -> None:
-        try:
-            if not self.compiling():
-                self.cell[0] = time.time()
-        except Exception:
-            pass
-        return None
-
-    def __reduce__(self) -> Any:
-        return (getattr, (0, "__init__"))
+# The per-root hooks ("last used", in-flight forwards, transparent reload)
+# live in ``guard``: tiny (a lock, a dict update, a float store), never raise
+# (except a failed transparent reload), do nothing under torch.compile
+# (``is_compiling()`` is constant-folded by dynamo, so no graph break,
+# fullgraph=True keeps working), and pickle / deepcopy to a stdlib no-op so
+# ``torch.save(model)`` still works and the file loads where no agent exists.
+# ``torch.jit.script`` compiles a module's Python hooks and would reject
+# ours, so the agent wraps ``torch.jit.script`` to lift them for the duration
+# of the call (see ``_install_jit_guard``).  ``start(last_used=False)`` (or
+# VRAM_STEWARD_LAST_USED=0) turns these hooks off altogether (and with them
+# unload / reload).
 
 
 _TRACKERS: "weakref.WeakSet" = weakref.WeakSet()  # every tracker whose hooks jit.script must lift
@@ -280,7 +261,8 @@ class ModelTracker:
         self._next_id = 1
         self._roots: list = []  # weakref.ref to roots, in id order
         self._root_ids: tuple = ()
-        self._hooks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._hooks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # m -> (guard, handles)
+        self._guards: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # m -> ModelGuard
         self._hook_lock = threading.RLock()  # hooks change on the agent thread and in jit.script
         self._lifted: "weakref.WeakSet" = weakref.WeakSet()  # hooks lifted while scripting
         self._cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -386,7 +368,7 @@ class ModelTracker:
         # under the GIL, so a concurrent insert/remove cannot raise there.
         for old in list(self._hooks.keys()):
             if id(old) not in root_set:
-                self._unhook(old)
+                self._unhook(old, keep_offloaded=True)
         if self.last_used_enabled and roots:
             _install_jit_guard(torch, self)
             compiling = _compiling_fn(torch)
@@ -398,11 +380,13 @@ class ModelTracker:
                     if script_type is not None and isinstance(m, script_type):
                         continue
                     try:
-                        cell = [None]
-                        handle = m.register_forward_pre_hook(_LastUsedHook(cell, compiling))
-                        self._hooks[m] = (cell, handle)
+                        g = self._guards.get(m)
+                        if g is None:
+                            g = _guard.ModelGuard(m, self._ids.get(m))
+                            self._guards[m] = g
+                        self._hooks[m] = (g, _guard.install(m, g, compiling))
                     except Exception as exc:
-                        _log.log("forward pre-hook on %s failed: %r" % (qualified_class(m), exc))
+                        _log.log("forward hooks on %s failed: %r" % (qualified_class(m), exc))
         self._roots = [weakref.ref(m) for m in roots]
         changed = new_ids != self._root_ids
         self._root_ids = new_ids
@@ -410,14 +394,35 @@ class ModelTracker:
             self._group_due = True
         return changed
 
-    def _unhook(self, module: Any) -> None:
+    def _unhook(self, module: Any, keep_offloaded: bool = False) -> None:
         with self._hook_lock:
-            entry = self._hooks.pop(module, None)
-        if entry is not None:
+            entry = self._hooks.get(module)
+            if entry is None:
+                return
+            if keep_offloaded and entry[0].state is not _guard.RESIDENT:
+                return  # an offloaded model keeps its hooks: the next forward reloads it
+            del self._hooks[module]
+        for handle in entry[1]:
             try:
-                entry[1].remove()
+                handle.remove()
             except Exception:
                 pass
+
+    def guard(self, module: Any) -> "_guard.ModelGuard | None":
+        return self._guards.get(module)
+
+    def find(self, model_id: str) -> Any:
+        """The root module with id ``model_id``, or None."""
+        for m in self.roots():
+            if self._ids.get(m) == model_id:
+                return m
+        return None
+
+    def model_id(self, module: Any) -> str | None:
+        return self._ids.get(module)
+
+    def invalidate(self, module: Any) -> None:
+        self._cache.pop(module, None)
 
     def lift_hooks(self, obj: Any) -> list:
         """Remove our hooks from ``obj``'s module tree (user thread, jit.script)."""
@@ -431,7 +436,8 @@ class ModelTracker:
                         continue
                     self._lifted.add(m)
                     lifted.append((m, entry[0]))
-                    entry[1].remove()
+                    for handle in entry[1]:
+                        handle.remove()
         except Exception as exc:
             _log.log("lifting hooks for jit.script failed: %r" % (exc,))
         return lifted
@@ -443,17 +449,18 @@ class ModelTracker:
         torch = sys.modules.get("torch")
         compiling = _compiling_fn(torch) if torch is not None else (lambda: False)
         with self._hook_lock:
-            for m, cell in lifted:
+            for m, g in lifted:
                 self._lifted.discard(m)
                 try:
-                    handle = m.register_forward_pre_hook(_LastUsedHook(cell, compiling))
-                    self._hooks[m] = (cell, handle)
+                    self._hooks[m] = (g, _guard.install(m, g, compiling))
                 except Exception as exc:
                     _log.log("restoring a hook after jit.script failed: %r" % (exc,))
 
     def remove_hooks(self) -> None:
+        """Agent stop: remove the hooks of resident models (offloaded ones keep
+        theirs so that their next forward still reloads them)."""
         for m in list(self._hooks.keys()):
-            self._unhook(m)
+            self._unhook(m, keep_offloaded=True)
 
     def roots(self) -> list:
         return [m for m in (r() for r in self._roots) if m is not None]
@@ -473,7 +480,7 @@ class ModelTracker:
         except Exception:
             _log.log_exc("pipeline grouping failed")
 
-    def models(self, errors: list) -> list[dict[str, Any]]:
+    def models(self, errors: list, annotate: Any = None) -> list[dict[str, Any]]:
         now = time.monotonic()
         out = []
         for m in self.roots():
@@ -483,13 +490,17 @@ class ModelTracker:
                     cached = (now, model_figures(m), friendly_name(m), qualified_class(m))
                     self._cache[m] = cached
                 _, figures, name, cls = cached
-                hook = self._hooks.get(m)
                 model_id = self._ids.get(m)
                 info = {"id": model_id, "name": name, "class": cls}
                 info.update(figures)
                 info["training"] = bool(m.__dict__.get("training", False))
-                info["last_used"] = hook[0][0] if hook else None
+                g = self._guards.get(m)
+                info["last_used"] = g.cell[0] if g is not None else None
                 info["group"] = self._groups.get(model_id)
+                if annotate is not None:
+                    info["bytes_by_device"] = {k: dict(v) for k, v in
+                                               info.get("bytes_by_device", {}).items()}
+                    annotate(m, info)
                 out.append(info)
             except Exception as exc:
                 errors.append("model figures failed: %r" % (exc,))

@@ -31,11 +31,16 @@ Methods (the allowlist; anything else is ``unknown_method``)
                     "gc_collected"}`` (bytes)
     ``gc``          ``{}`` -> ``{"collected": n, "seconds": s}``
     ``subscribe``   ``{"events": ["oom", ...]}`` -> ``{"events": [...]}``
-    ``unload``      ``{"model": "m1", "to": "cpu"|"disk", "force": false}`` ->
+    ``unload``      ``{"model": "m1", "to": "cpu"|"disk", "force": false,
+                    "reason": "manual"|"pressure"}`` (``to`` defaults to "cpu" for
+                    a model with CUDA weights, else "disk"; "pressure" obeys the
+                    automatic rules: never pinned / training / requires grad /
+                    never used, no force) ->
                     the model event (below) once the model is offloaded; refused
                     with ``refused`` and a reason (training mode, forward running,
                     torch.compile, ...) leaving the model resident and usable
     ``reload``      ``{"model": "m1"}`` -> the model event once resident again
+                    (already resident: an unrecorded event with ``"note"``)
     ``pin``         ``{"model": "m1", "pinned": true}`` -> ``{"model", "pinned"}``;
                     pinned models are exempt from automatic unloading
     ``set_policy``  ``{"idle_unload_s": 600 | null}`` -> ``{"idle_unload_s"}``: the

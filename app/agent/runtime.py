@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Any
 
-from . import introspect, log as _log, models, paths, protocol, registry, torch_hooks
+from . import introspect, log as _log, manager as _manager, models, paths, protocol, registry
+from . import torch_hooks
 from .server import BadParams, Options, Server
 
 AGENT_VERSION = "0.1.0"
@@ -49,6 +50,7 @@ class Agent:
             last_used=bool(options.get("last_used", True)) and env_last_used)
         self.server: Server | None = None
         self.watch = introspect.CudaWatch(self._emit)
+        self.manager = _manager.Manager(self.tracker, self._emit)
         self.registry_dir = ""
         self.registry_path = ""
         self.entry: dict[str, Any] = {}
@@ -76,6 +78,10 @@ class Agent:
             "report": (self._report, False),
             "free_cache": (self._free_cache, True),
             "gc": (self._gc, True),
+            "unload": (self.manager.handle_unload, True),
+            "reload": (self.manager.handle_reload, True),
+            "pin": (self.manager.handle_pin, False),
+            "set_policy": (self.manager.handle_set_policy, False),
         }
         server = Server(transport, address, handlers, hello, server_opts,
                         on_tick=self._tick, on_dead=self._on_dead)
@@ -144,7 +150,7 @@ class Agent:
             raise BadParams("models must be true or false")
         before = self.tracker._root_ids
         report = introspect.build_report(AGENT_VERSION, self.tracker, self.watch,
-                                         {"models": want_models})
+                                         {"models": want_models}, self.manager)
         if self.tracker._root_ids != before:
             self._emit("models_changed", {"models": list(self.tracker._root_ids)})
         return report
@@ -180,6 +186,10 @@ class Agent:
                     and any(c.events and "models_changed" in c.events
                             for c in list(server._conns.values()))):
                 self._emit("models_changed", {"models": list(self.tracker._root_ids)})
+            try:
+                self.manager.tick()
+            except Exception:
+                _log.log_exc("model manager tick failed")
         now = time.monotonic()
         if now >= self._next_maintenance:
             self._next_maintenance = now + self.registry_interval

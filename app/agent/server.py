@@ -40,6 +40,15 @@ class BadParams(Exception):
     """A handler's params are wrong: ``bad_params`` reply."""
 
 
+class ActionError(Exception):
+    """A handler's refusal or failure with a protocol error code (``refused``,
+    ``not_found``, ``failed``...): replied as that error, not as ``internal``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 # -- peer credentials ------------------------------------------------------
 
 def peer_allowed(peer: int | None, own_uid: int) -> bool:
@@ -418,6 +427,9 @@ class Server:
         except BadParams as exc:
             self._send(conn, protocol.error(request_id, protocol.BAD_PARAMS, str(exc)))
             return
+        except ActionError as exc:
+            self._send(conn, protocol.error(request_id, exc.code, str(exc)[:2000]))
+            return
         except Exception as exc:
             _log.log_exc("handler %s failed" % method)
             self._send(conn, protocol.error(request_id, protocol.INTERNAL, repr(exc)[:500]))
@@ -447,6 +459,8 @@ class Server:
                 outcome = protocol.result(request_id, fn(params))
             except BadParams as exc:
                 outcome = protocol.error(request_id, protocol.BAD_PARAMS, str(exc))
+            except ActionError as exc:
+                outcome = protocol.error(request_id, exc.code, str(exc)[:2000])
             except BaseException as exc:
                 _log.log_exc("action failed")
                 outcome = protocol.error(request_id, protocol.FAILED, repr(exc)[:500])

@@ -27,7 +27,8 @@ import time
 from typing import Any
 
 from app.agent import protocol
-from app.core.agent_types import AgentEntry, AgentReport, FreeCacheResult
+from app.core.agent_types import (AgentEntry, AgentReport, FreeCacheResult, ModelActionResult,
+                                  ModelEvent)
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +386,8 @@ def report_to_json(report: AgentReport | None, entry: AgentEntry | None = None,
                 "python": entry.python if entry else None,
                 "torch": entry.torch if entry else None, "torch_status": None,
                 "cuda_initialized": None, "allocator_backend": None, "devices": [],
-                "models": [], "error": error or "no report"}
+                "models": [], "idle_unload_s": None, "events": [],
+                "error": error or "no report"}
     return {
         "pid": report.pid, "argv": list(report.argv), "python": report.python,
         "torch": report.torch, "torch_status": report.torch_status,
@@ -399,9 +401,23 @@ def report_to_json(report: AgentReport | None, entry: AgentEntry | None = None,
         "models": [{"id": m.id, "name": m.name, "class": m.class_name, "params": m.params,
                     "param_bytes": m.param_bytes, "buffer_bytes": m.buffer_bytes,
                     "device": m.device, "dtype": m.dtype, "training": m.training,
-                    "last_used": m.last_used, "group": m.group} for m in report.models],
+                    "last_used": m.last_used, "group": m.group, "state": m.state,
+                    "offloaded_to": m.offloaded_to, "pinned": m.pinned,
+                    "home_device": m.home_device, "requires_grad": m.requires_grad,
+                    "auto_unload_blocker": m.auto_unload_blocker} for m in report.models],
+        "idle_unload_s": report.idle_unload_s,
+        "events": [event_to_json(e) for e in report.events],
         "error": error,
     }
+
+
+def event_to_json(event: ModelEvent) -> dict[str, Any]:
+    """A model event as the protocol spells it."""
+    return {"seq": event.seq, "time": event.time, "model": event.model, "name": event.name,
+            "action": event.action, "state": event.state, "target": event.target,
+            "bytes_moved": event.bytes_moved, "bytes_released": event.bytes_released,
+            "seconds": event.seconds, "reason": event.reason, "ok": event.ok,
+            "error": event.error}
 
 
 def query_report(entry: AgentEntry, timeout_s: float = 2.0, models: bool = True) -> AgentReport:
@@ -452,3 +468,116 @@ def collect_garbage(entry: AgentEntry, timeout_s: float = 30.0) -> dict[str, Any
     return {"ok": True, "collected": _opt_int(data.get("collected")),
             "seconds": data.get("seconds") if isinstance(data.get("seconds"), (int, float))
             and not isinstance(data.get("seconds"), bool) else None, "error": None}
+
+
+# ------------------------------------------------------------ model manager
+
+#: Unload and reload move whole models (a 2 GB fp16 UNet takes ~0.2 s to pinned
+#: host memory, ~1 s to disk, more on a slow disk): generous by default.
+MODEL_ACTION_TIMEOUT_S = 300.0
+UNAVAILABLE = "unavailable"  # not a protocol code: the agent could not be reached
+TIMEOUT = "timeout"  # not a protocol code: no answer in time (the action may still finish)
+
+
+def _call_once(entry: AgentEntry, method: str, params: dict[str, Any],
+               timeout_s: float) -> dict[str, Any]:
+    """One request on a connection of its own (never a poller's): raises
+    AgentUnavailable / AgentTimeout / AgentError."""
+    deadline = time.monotonic() + timeout_s
+    with AgentConnection(entry, min(timeout_s, 5.0)) as conn:
+        return conn.call(method, params, max(0.001, deadline - time.monotonic()))
+
+
+def _action_error(pid: int, model: str, exc: Exception, timeout_s: float) -> ModelActionResult:
+    if isinstance(exc, AgentError):
+        return ModelActionResult(pid, model, False, error=exc.message or exc.code, code=exc.code)
+    if isinstance(exc, AgentTimeout):
+        return ModelActionResult(
+            pid, model, False, code=TIMEOUT,
+            error=f"no answer within {timeout_s:g} s (the agent may still finish it)")
+    return ModelActionResult(pid, model, False, error=str(exc), code=UNAVAILABLE)
+
+
+def model_event_result(pid: int, model: str, data: dict[str, Any]) -> ModelActionResult:
+    """An unload/reload reply (the model event) as a ModelActionResult."""
+    event = ModelEvent.from_json(data)
+    if event is None:
+        return ModelActionResult(pid, model, data.get("ok") is not False,
+                                 error=_str_or_none(data.get("error")),
+                                 code=None if data.get("ok") is not False else protocol.FAILED)
+    if not event.ok:
+        return ModelActionResult(pid, model, False, event=event,
+                                 error=event.error or f"{event.action} failed",
+                                 code=protocol.FAILED)
+    return ModelActionResult(pid, model, True, event=event)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def unload(entry: AgentEntry, model: str, to: str | None = "cpu", force: bool = False,
+           reason: str = "manual", timeout_s: float = MODEL_ACTION_TIMEOUT_S
+           ) -> ModelActionResult:
+    """Offload model ``model``'s weights (``to`` "cpu" or "disk"; None lets the
+    agent choose: cpu for a GPU model, disk for a CPU one); never raises.
+
+    A refusal (training mode, a forward running, torch.compile, ...) comes
+    back as ``ok=False, code="refused"`` with the agent's reason in ``error``.
+    """
+    params: dict[str, Any] = {"model": model, "force": bool(force)}
+    if to is not None:
+        params["to"] = to
+    if reason != "manual":
+        params["reason"] = reason
+    try:
+        try:
+            data = _call_once(entry, "unload", params, timeout_s)
+        except AgentError as exc:
+            # An agent that validates params strictly may not know "reason": ask again.
+            if exc.code != protocol.BAD_PARAMS or "reason" not in params \
+                    or "reason" not in exc.message:
+                raise
+            params.pop("reason")
+            data = _call_once(entry, "unload", params, timeout_s)
+    except (AgentUnavailable, AgentError) as exc:
+        return _action_error(entry.pid, model, exc, timeout_s)
+    return model_event_result(entry.pid, model, data)
+
+
+def reload(entry: AgentEntry, model: str, timeout_s: float = MODEL_ACTION_TIMEOUT_S
+           ) -> ModelActionResult:
+    """Bring an offloaded model back to its home device; never raises."""
+    try:
+        data = _call_once(entry, "reload", {"model": model}, timeout_s)
+    except (AgentUnavailable, AgentError) as exc:
+        return _action_error(entry.pid, model, exc, timeout_s)
+    return model_event_result(entry.pid, model, data)
+
+
+def pin(entry: AgentEntry, model: str, pinned: bool = True, timeout_s: float = 10.0
+        ) -> ModelActionResult:
+    """Exempt a model from automatic unloading (or not); never raises."""
+    try:
+        data = _call_once(entry, "pin", {"model": model, "pinned": bool(pinned)}, timeout_s)
+    except (AgentUnavailable, AgentError) as exc:
+        return _action_error(entry.pid, model, exc, timeout_s)
+    value = data.get("pinned")
+    return ModelActionResult(entry.pid, model, True,
+                             pinned=value if isinstance(value, bool) else bool(pinned))
+
+
+def set_idle_unload(entry: AgentEntry, seconds: float | None, timeout_s: float = 10.0
+                    ) -> dict[str, Any]:
+    """The agent's own idle TTL (None = off): ``{"ok", "idle_unload_s", "error", "code"}``."""
+    try:
+        data = _call_once(entry, "set_policy", {"idle_unload_s": seconds}, timeout_s)
+    except (AgentUnavailable, AgentError) as exc:
+        code = exc.code if isinstance(exc, AgentError) else (
+            TIMEOUT if isinstance(exc, AgentTimeout) else UNAVAILABLE)
+        message = exc.message if isinstance(exc, AgentError) else str(exc)
+        return {"ok": False, "idle_unload_s": None, "error": message, "code": code}
+    value = data.get("idle_unload_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = None
+    return {"ok": True, "idle_unload_s": value, "error": None, "code": None}

@@ -6,6 +6,11 @@ changed; stale entries are pruned) and keeps one worker thread per live agent.
 Each worker owns its connection and asks for ``report`` every period under its
 own timeout, so a hung agent only ever delays itself.  ``reports()`` returns a
 copy of the latest reports without any I/O.
+
+Model actions (``unload``, ``reload``, ``pin``, ``set_idle_unload``) open a
+connection of their own under their own (long) timeout, so a 2 GB unload never
+holds up the pollers; their replies' events and every report's ``events`` go
+into one deduplicated log that ``events_since(cursor)`` reads.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import os
 import threading
 import time
 
+from app.agent import protocol
 from app.core import agent_client
 from app.core.agent_client import AgentConnection, AgentError, AgentUnavailable
-from app.core.agent_types import AgentEntry, AgentReport, FreeCacheResult
-from app.core.agents import AgentDirectory
+from app.core.agent_types import AgentEntry, AgentReport, FreeCacheResult, ModelActionResult
+from app.core.agents import AgentDirectory, ModelEventLog
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,11 @@ class _Worker:
             self.conn.close()
 
 
+def _no_agent(pid: int, model: str) -> ModelActionResult:
+    return ModelActionResult(pid, model, False, error="no agent in that process",
+                             code=protocol.NOT_FOUND)
+
+
 class AgentHub(AgentDirectory):
     #: A report that takes longer is skipped this round (the connection stays).
     report_timeout_s = 1.0
@@ -77,6 +88,7 @@ class AgentHub(AgentDirectory):
         self._cache: dict[str, tuple[tuple[int, int], AgentEntry | None]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._events = ModelEventLog()
 
     # -- AgentDirectory
     def reports(self) -> dict[int, AgentReport]:
@@ -106,6 +118,44 @@ class AgentHub(AgentDirectory):
             return {"ok": False, "collected": None, "seconds": None,
                     "error": "no agent in that process"}
         return agent_client.collect_garbage(entry, timeout_s)
+
+    # -- model manager (each call opens its own connection: pollers never wait)
+    def unload(self, pid: int, model: str, to: str | None = "cpu", force: bool = False,
+               reason: str = "manual",
+               timeout_s: float = agent_client.MODEL_ACTION_TIMEOUT_S) -> ModelActionResult:
+        entry = self._entry_for(pid)
+        if entry is None:
+            return _no_agent(pid, model)
+        return self._note(entry, agent_client.unload(entry, model, to, force, reason, timeout_s))
+
+    def reload(self, pid: int, model: str,
+               timeout_s: float = agent_client.MODEL_ACTION_TIMEOUT_S) -> ModelActionResult:
+        entry = self._entry_for(pid)
+        if entry is None:
+            return _no_agent(pid, model)
+        return self._note(entry, agent_client.reload(entry, model, timeout_s))
+
+    def pin(self, pid: int, model: str, pinned: bool, timeout_s: float = 10.0
+            ) -> ModelActionResult:
+        entry = self._entry_for(pid)
+        if entry is None:
+            return _no_agent(pid, model)
+        return agent_client.pin(entry, model, pinned, timeout_s)
+
+    def set_idle_unload(self, pid: int, seconds: float | None, timeout_s: float = 10.0) -> dict:
+        entry = self._entry_for(pid)
+        if entry is None:
+            return {"ok": False, "idle_unload_s": None, "error": "no agent in that process",
+                    "code": protocol.NOT_FOUND}
+        return agent_client.set_idle_unload(entry, seconds, timeout_s)
+
+    def events_since(self, cursor: int = 0):  # type: ignore[no-untyped-def]
+        return self._events.since(cursor)
+
+    def _note(self, entry: AgentEntry, result: ModelActionResult) -> ModelActionResult:
+        if result.event is not None:
+            self._events.add(entry.pid, (result.event,), key=(entry.pid, entry.create_time))
+        return result
 
     def start(self) -> None:
         if self._thread is not None:
@@ -141,9 +191,12 @@ class AgentHub(AgentDirectory):
 
     def _set_report(self, entry: AgentEntry, report: AgentReport) -> None:
         with self._lock:
-            if self._entries.get(entry.pid) is entry:  # not removed meanwhile
+            current = self._entries.get(entry.pid) is entry  # not removed meanwhile
+            if current:
                 self._reports[entry.pid] = report
                 self._errors.pop(entry.pid, None)
+        if current and report.events:
+            self._events.add(entry.pid, report.events, key=(entry.pid, entry.create_time))
 
     def _set_error(self, pid: int, message: str) -> None:
         with self._lock:
@@ -196,6 +249,7 @@ class AgentHub(AgentDirectory):
             for pid in set(self._reports) - set(live):
                 self._reports.pop(pid, None)
             self._entries = live
+            self._events.forget((e.pid, e.create_time) for e in live.values())
             if not self._stop.is_set():
                 for pid, entry in live.items():
                     if pid not in self._workers:

@@ -11,6 +11,7 @@ import logging
 import time
 
 from app.core.agents import AgentDirectory
+from app.core.pressure_policy import PolicyRunner, PressurePolicyConfig
 from app.core.host_processes import HostProcessReader
 from app.core.samples import GpuSample, Snapshot
 from app.core.source import GpuSource, SourceUnavailable
@@ -24,10 +25,24 @@ class Collector:
     RETRY_AFTER_S = 5.0
 
     def __init__(self, source: GpuSource, host: HostProcessReader | None = None,
-                 agents: AgentDirectory | None = None) -> None:
+                 agents: AgentDirectory | None = None,
+                 pressure_policy: "PolicyRunner | PressurePolicyConfig | bool" = True) -> None:
+        """``pressure_policy``: True (default) runs the memory-pressure policy
+        with its defaults whenever there are ``agents``; a config or a runner
+        to choose; False for none.  The runner is ``self.policy`` and
+        ``agents.pressure_policy`` (where the GUI finds it)."""
         self.source = source
         self._host = host
         self.agents = agents
+        self.policy: PolicyRunner | None = None
+        if isinstance(pressure_policy, PolicyRunner):
+            self.policy = pressure_policy
+        elif agents is not None and pressure_policy is not False:
+            config = pressure_policy if isinstance(pressure_policy, PressurePolicyConfig) \
+                else None
+            self.policy = PolicyRunner(agents, config)
+        if agents is not None and self.policy is not None:
+            agents.pressure_policy = self.policy
         self._agents_started = False
         self._opened = False
         self._driver_version: str | None = None
@@ -68,8 +83,12 @@ class Collector:
         if self._host is not None and self.source.wants_host_details:
             gpus = self._enrich(self._host, gpus)
         agents = self._agent_reports()
-        return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
-                        gpus, None, time.perf_counter() - started, agents)
+        snapshot = Snapshot(time.time(), time.monotonic(), self.source.name,
+                            self._driver_version, gpus, None, time.perf_counter() - started,
+                            agents)
+        if self.policy is not None:
+            self.policy.observe(snapshot)  # decides here, unloads on its own thread
+        return snapshot
 
     def _agent_reports(self) -> dict:
         if self.agents is None:
@@ -117,6 +136,8 @@ class Collector:
                         (), reason, time.perf_counter() - started, self._agent_reports())
 
     def close(self) -> None:
+        if self.policy is not None:
+            self.policy.close()
         if self._agents_started and self.agents is not None:
             self._agents_started = False
             try:

@@ -162,7 +162,14 @@ class DemoSource(GpuSource):
         self._phase = np.zeros(len(p))
         self._released = np.zeros(len(p))
         self._released_life = np.full(len(p), -1.0)
+        # Model weights unloaded off the GPU (DemoAgents.unload): ``_offloaded``
+        # bytes leave the process's figure for the rest of life ``_offloaded_life``.
+        self._offloaded = np.zeros(len(p))
+        self._offloaded_life = np.full(len(p), -1.0)
         self._watched = np.zeros(0, dtype=np.int64)
+        #: Called with the elapsed time at the start of every ``read`` (DemoAgents
+        #: simulates its agents' scripted model use there).
+        self.before_read: Callable[[float], None] | None = None
         #: pid -> WatchedState of the watched processes present at the last read
         self.watched_state: dict[int, WatchedState] = {}
 
@@ -181,6 +188,8 @@ class DemoSource(GpuSource):
 
     def read(self) -> tuple[GpuSample, ...]:
         t = self.elapsed()
+        if self.before_read is not None:
+            self.before_read(t)
         tick = int(t * 4)
         rng = np.random.default_rng([self.seed, tick])
         n = len(self.processes)
@@ -201,6 +210,8 @@ class DemoSource(GpuSource):
         mem += noise[0] * 2 * MiB * (self._shape != CONSTANT)
         released = np.where(cycles == self._released_life, self._released, 0.0)
         mem -= released
+        offloaded = np.where(cycles == self._offloaded_life, self._offloaded, 0.0)
+        mem -= offloaded
         mem = np.maximum(mem, 64 * MiB)
         mem = np.round(mem / MiB) * MiB  # drivers report whole MiB
 
@@ -234,7 +245,8 @@ class DemoSource(GpuSource):
         if len(self._watched):
             self.watched_state = {
                 int(pid[i]): WatchedState(int(i), int(self._gpu_of[i]), int(mem[i]),
-                                          float(released[i]), t, tick)
+                                          float(released[i]), t, tick, float(offloaded[i]),
+                                          float(local[i]))
                 for i in self._watched.tolist() if present[i]}
 
         samples = []
@@ -257,6 +269,22 @@ class DemoSource(GpuSource):
     def watch(self, indices: list[int]) -> None:
         """Keep ``watched_state`` for these process indices (into ``processes``)."""
         self._watched = np.array(sorted(set(indices)), dtype=np.int64)
+
+    def life(self, index: int) -> int:
+        """Which life of process ``index`` is current (0 for one that never restarts)."""
+        t = self.elapsed()
+        start, cycle = float(self._start[index]), float(self._cycle[index])
+        return 0 if math.isinf(cycle) else int(math.floor((t - start) / cycle))
+
+    def set_offloaded(self, index: int, nbytes: int) -> None:
+        """Process ``index`` now holds ``nbytes`` fewer bytes of model weights on
+        its GPU than its script says (unloaded models), for the rest of its life."""
+        self._offloaded_life[index] = self.life(index)
+        self._offloaded[index] = max(0, int(nbytes)) // MiB * MiB
+
+    def regrow(self, index: int) -> None:
+        """Process ``index``'s released cache fills up again (it ran a big forward)."""
+        self._released[index] = 0.0
 
     def release(self, index: int, nbytes: int) -> None:
         """Process ``index`` gives ``nbytes`` of cached memory back to the driver now.
@@ -288,6 +316,8 @@ class WatchedState:
     released: float  # bytes given back by free-cache during this life
     elapsed: float  # seconds since the demo opened
     tick: int
+    offloaded: float = 0.0  # bytes of model weights unloaded off the GPU (DemoAgents)
+    local: float = 0.0  # seconds into its current life
 
 
 def _current_user() -> str:

@@ -50,6 +50,7 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
 
     from app.core.history import History, HistoryConfig
     from app.ui.agent_actions import AgentActionRunner
+    from app.ui.auto_unload import PolicyDriver
     from app.ui.main_window import MainWindow
     from app.ui.sampler import Sampler, clamp_period
 
@@ -73,7 +74,16 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     # Agent actions (Free cache, Run gc) run on the runner's thread pool against the
     # sampler's current agent directory (it changes with the source).
     runner = AgentActionRunner(lambda: sampler.agents, window)
+    # (Model actions -- unload, reload, pin, idle timer -- get their own runner on the
+    # same directory: window.model_runner, made by set_action_runner.)
     window.set_action_runner(runner)
+    # The memory-pressure policy runs in the sampler's Collector (it decides on every
+    # snapshot and unloads on a thread of its own); the window applies the Auto-unload
+    # settings to it and shows its decisions.  It changes with the source, as the
+    # directory does.
+    window.set_policy(PolicyDriver(
+        lambda: getattr(sampler.agents, "pressure_policy", None), window.settings.auto_unload,
+        window))
 
     if screenshot:
         rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
@@ -82,6 +92,8 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
         sampler.start()
         rc = qt_app.exec()
     runner.wait(2000)
+    if window.model_runner is not None:
+        window.model_runner.wait(2000)
     if not sampler.stop():
         # A driver call that never returns (a GPU lost mid-call) keeps the
         # sampler thread busy; don't let it hold the app open or crash teardown.

@@ -378,6 +378,22 @@ class GpuPanel(QFrame):
         self.hover_text.setZValue(21)
         self.hover_text.hide()
         item.addItem(self.hover_text, ignoreBounds=True)
+        # Model unload / reload markers: two scatter items whose points are stored at
+        # "epoch − reference" and shifted by one setPos per frame (no data rebuild).
+        self.unload_markers = pg.ScatterPlotItem(symbol=_UNLOAD_SYMBOL, size=20, pxMode=True)
+        self.reload_markers = pg.ScatterPlotItem(symbol=_RELOAD_SYMBOL, size=20, pxMode=True)
+        self.failed_markers = pg.ScatterPlotItem(symbol="x", size=8, pxMode=True)
+        for m in (self.unload_markers, self.reload_markers, self.failed_markers):
+            m.setZValue(15)
+            m.hide()
+            item.addItem(m, ignoreBounds=True)
+        self._markers: list = []  # app.ui.model_events.Marker, as last set
+        self._marker_x: np.ndarray = np.empty(0)  # marker times − _marker_ref
+        self._marker_ref: float | None = None  # epoch the marker x are relative to
+        self._marker_version: int | None = None
+        #: Epoch seconds of the newest sample drawn ("now" of the time axis).
+        self.now_epoch: float | None = None
+
         self._mouse_proxy = pg.SignalProxy(self.plot.scene().sigMouseMoved, rateLimit=30,
                                            slot=self._on_mouse_moved)
         self._leave_filter = _LeaveFilter(self.hide_hover)
@@ -574,10 +590,13 @@ class GpuPanel(QFrame):
         self.plot.setXRange(-self.span_s, 0, padding=0)
 
     def refresh_plot(self, view: SeriesView, labels: Labels | None = None,
-                     span_s: float | None = None) -> None:
-        """Redraw the curves from ``view`` (seconds before newest, bytes)."""
+                     span_s: float | None = None, now_epoch: float | None = None) -> None:
+        """Redraw the curves from ``view`` (seconds before newest, bytes).
+        ``now_epoch``: wall-clock time of the newest sample (places event markers)."""
         if span_s is not None and span_s != self.span_s:
             self.set_span(span_s)
+        if now_epoch is not None:
+            self.now_epoch = now_epoch
         self._view = view
         self._labels = labels
         self.plot_dirty = False
@@ -762,8 +781,81 @@ class GpuPanel(QFrame):
             self.limit_line.hide()
             item.getViewBox().enableAutoRange(y=True)
         self.legend.set_entries(entries)
+        self._place_markers()
         if self._hover_x is not None and self.cursor_line.isVisible():
             self._show_hover(self._hover_x)
+
+    # -- event markers -------------------------------------------------------------------
+    def set_markers(self, markers, version: int | None = None) -> None:
+        """Model events on this GPU (``app.ui.model_events.Marker``, bounded by the caller).
+
+        Rebuilds the scatter data only when ``version`` changed; placing them in the
+        plot's time frame is one ``setPos`` per frame (:meth:`_place_markers`)."""
+        if version is not None and version == self._marker_version:
+            return
+        self._marker_version = version
+        markers = list(markers)
+        self._markers = markers
+        if not markers:
+            self._marker_x = np.empty(0)
+            for m in (self.unload_markers, self.reload_markers, self.failed_markers):
+                m.clear()
+                m.hide()
+            return
+        ref = max(mk.time for mk in markers)
+        self._marker_ref = ref
+        self._marker_x = np.array([mk.time - ref for mk in markers], dtype=np.float64)
+        palette = self.palette()
+        fallback = (self.memory_total or 0) / GiB * 0.5
+        groups = {"unload": ([], []), "reload": ([], []), "failed": ([], [])}
+        for x, mk in zip(self._marker_x, markers):
+            key = "failed" if not mk.ok else ("unload" if mk.action == "unload" else "reload")
+            groups[key][0].append(float(x))
+            groups[key][1].append(mk.y / GiB if mk.y is not None else fallback)
+        styles = {"unload": (self.unload_markers, pal.MARKER_UNLOAD),
+                  "reload": (self.reload_markers, pal.MARKER_RELOAD),
+                  "failed": (self.failed_markers, pal.LEVEL_COLORS[pal.LEVEL_CRITICAL])}
+        edge = pal.background(palette)
+        for key, (xs, ys) in groups.items():
+            scatter, color = styles[key]
+            if not xs:
+                scatter.clear()
+                scatter.hide()
+                continue
+            scatter.setData(x=xs, y=ys, brush=pg.mkBrush(color),
+                            pen=pg.mkPen(edge, width=1) if key != "failed"
+                            else pg.mkPen(color, width=2))
+            scatter.show()
+        self._place_markers()
+
+    def marker_positions(self) -> list[tuple[float, str, str]]:
+        """(x in the plot's time frame, action, text) of every marker (tests, hover)."""
+        shift = self._marker_shift()
+        return [(float(x) + shift, mk.action, mk.text)
+                for x, mk in zip(self._marker_x, self._markers)]
+
+    def _marker_shift(self) -> float:
+        if self._marker_ref is None or self.now_epoch is None:
+            return 0.0
+        return self._marker_ref - self.now_epoch
+
+    def _place_markers(self) -> None:
+        if not self._markers:
+            return
+        shift = self._marker_shift()
+        for m in (self.unload_markers, self.reload_markers, self.failed_markers):
+            if m.pos().x() != shift:
+                m.setPos(shift, 0.0)
+
+    def _markers_near(self, x: float) -> list[str]:
+        if not self._markers:
+            return []
+        vb = self.plot.getPlotItem().getViewBox()
+        (x0, x1), _ = vb.viewRange()
+        tolerance = 7.0 * (x1 - x0) / max(vb.width(), 1.0)  # about 7 px either side
+        xs = self._marker_x + self._marker_shift()
+        near = np.nonzero(np.abs(xs - x) <= tolerance)[0]
+        return [self._markers[i].text for i in near[-4:]]
 
     def _current_text(self, key: Hashable) -> str:
         if key not in self._live:
@@ -817,6 +909,10 @@ class GpuPanel(QFrame):
         for key, v in vals:
             if v is not None:
                 lines.append(f"{_call_labels(self._labels, key)}: {fmt_gib(v)}")
+        events = self._markers_near(x)
+        if events:
+            lines.append("")
+            lines.extend(("▼ " if t.startswith("Unload") else "▲ ") + t for t in events)
         return "\n".join(lines)
 
     def _show_hover(self, x: float) -> None:
@@ -833,6 +929,24 @@ class GpuPanel(QFrame):
         self.hover_text.setAnchor((1, 0) if right_half else (0, 0))
         self.hover_text.setPos(x, y1)
         self.hover_text.show()
+
+
+def _triangle(down: bool) -> QPainterPath:
+    """A triangle whose tip is the data point: pointing down from above it (unload:
+    memory goes down) or up from below it (reload).  pyqtgraph renders a symbol into a
+    square of ``size`` centred on the point (y grows downwards), so the triangle takes
+    one half of it: drawn with size 20 it is 12 px wide and 10 px tall."""
+    path = QPainterPath()
+    base = -0.5 if down else 0.5
+    path.moveTo(-0.3, base)
+    path.lineTo(0.3, base)
+    path.lineTo(0.0, 0.0)
+    path.closeSubpath()
+    return path
+
+
+_UNLOAD_SYMBOL = _triangle(down=True)
+_RELOAD_SYMBOL = _triangle(down=False)
 
 
 def _peak_decimate(t: np.ndarray, ys: np.ndarray, buckets: int

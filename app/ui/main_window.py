@@ -17,6 +17,7 @@ from collections.abc import Hashable
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
+    QTabWidget,
     QPushButton,
     QFrame,
     QGridLayout,
@@ -35,8 +36,22 @@ from app.core.history import History
 from app.core.samples import DeviceState, Snapshot
 from app.ui import palette as pal
 from app.ui.agent_actions import FREE, AgentAction, AgentActionRunner
+from app.ui.activity import ActivityEntry, ActivityLog, reason_text
 from app.ui.agent_views import ProcessDetailView
-from app.ui.format import fmt_bytes, fmt_gib
+from app.ui.auto_unload import AutoUnloadControl, PolicyDriver
+from app.ui.model_actions import (
+    IDLE_TTL,
+    PIN,
+    RELOAD,
+    UNLOAD,
+    ModelAction,
+    ModelActionRunner,
+    gpu_of_device,
+    target_text,
+)
+from app.ui.model_events import EventRecord, ModelEventLog
+from app.ui.settings import AutoUnloadSettings, UiSettings
+from app.ui.format import fmt_bytes, fmt_fraction, fmt_gib
 from app.ui.gpu_panel import GpuPanel
 from app.ui.no_driver import NoDriverView
 from app.ui.process_table import ProcessTable
@@ -57,10 +72,12 @@ class MainWindow(QMainWindow):
     demo_requested = Signal()
     retry_requested = Signal()
 
-    def __init__(self, history: History, span_s: float = 600.0, parent: QWidget | None = None
-                 ) -> None:
+    def __init__(self, history: History, span_s: float = 600.0, parent: QWidget | None = None,
+                 settings: UiSettings | None = None) -> None:
         super().__init__(parent)
         self.history = history
+        #: Every user-adjustable value (auto-unload policy, limits): one place to persist.
+        self.settings = settings or UiSettings()
         self.span_s = float(span_s)
         self._panels: dict[str, GpuPanel] = {}
         self._latest: Snapshot | None = None
@@ -79,6 +96,21 @@ class MainWindow(QMainWindow):
         self._measuring: list[AgentAction] = []  # finished frees awaiting NVML's figures
         #: The last finished or running action's summary (status bar text).
         self.last_action: AgentAction | None = None
+        #: Model actions (unload / reload / pin / idle timer), off the GUI thread.
+        self.model_runner: ModelActionRunner | None = None
+        self._own_model_runner = False
+        self._model_last: dict[tuple[int, str | None], ModelAction] = {}
+        self._model_measuring: list[ModelAction] = []
+        #: Unload / reload events from the agents, deduplicated, with graph markers.
+        self.event_log = ModelEventLog(per_gpu=self.settings.markers_per_gpu)
+        #: The GUI's handle on the app's memory-pressure policy (set_policy).
+        self.policy: PolicyDriver | None = None
+        #: Unloads the policy decided that have not finished: (pid, model) -> decision.
+        self._policy_pending: dict[tuple[int, str], object] = {}
+        self._policy_actions: dict[tuple[int, str, int], ModelAction] = {}
+        self._policy_logged: set[tuple[int, int]] = set()  # (generation, seq) logged
+        self._events_dir: object = None  # the directory events_since was read from
+        self._events_cursor = 0
 
         self.setWindowTitle(APP_TITLE)
         self.resize(1280, 860)
@@ -110,8 +142,13 @@ class MainWindow(QMainWindow):
             self.span_combo.addItem(text, seconds)
         self.span_combo.setToolTip("How much history the graphs show")
         range_label.setBuddy(self.span_combo)
+        self.auto_unload = AutoUnloadControl(self.settings.auto_unload, self.monitor_page)
+        self.auto_unload.settings_changed.connect(self.set_auto_unload)
+        self.auto_unload.setVisible(False)  # shown once agents report
         top.addWidget(self.title_label)
         top.addWidget(self.summary_label, 1, Qt.AlignmentFlag.AlignBottom)
+        top.addWidget(self.auto_unload)
+        top.addSpacing(8)
         top.addWidget(range_label)
         top.addWidget(self.span_combo)
         page.addLayout(top)
@@ -170,8 +207,18 @@ class MainWindow(QMainWindow):
         tlay.addWidget(self.table, 1)
         self.filter_edit.textChanged.connect(self.table.proxy.setFilterFixedString)
 
+        # Processes | Activity (model events and auto-unload decisions).
+        self.lower_tabs = QTabWidget(self.splitter)
+        self.lower_tabs.setObjectName("lowerTabs")
+        self.lower_tabs.setDocumentMode(True)
+        self.activity = ActivityLog(self.lower_tabs, limit=self.settings.activity_rows)
+        self.lower_tabs.addTab(table_box, "Processes")
+        self.lower_tabs.addTab(self.activity, "Activity")
+        self.lower_tabs.currentChanged.connect(self._on_tab_changed)
+        self._unseen_activity = 0
+        table_title.setVisible(False)  # the tab says it
         self.splitter.addWidget(self.scroll)
-        self.splitter.addWidget(table_box)
+        self.splitter.addWidget(self.lower_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setSizes([600, 260])
@@ -272,11 +319,21 @@ class MainWindow(QMainWindow):
         self._update_summary(snapshot)
         if agents and self.details_button.isHidden():
             self.details_button.setVisible(True)
+            self.auto_unload.setVisible(True)
         self._update_details_button()
         if self._measuring:
             self._measure(snapshot)
+        if agents:
+            records = self.event_log.ingest(snapshot)
+            records += self._directory_events(snapshot)
+            if records:
+                self._on_model_events(records)
+        if self.policy is not None:
+            self.policy.feed(snapshot)
+        if self._model_measuring:
+            self._measure_models(snapshot)
         if self.details is not None and self.details.isVisible():
-            self.details.update_snapshot(snapshot, self.details.pid in busy, can_act)
+            self._update_details(snapshot, self.details.pid in busy, can_act)
 
     @Slot()
     def refresh(self, force: bool = False) -> None:
@@ -320,6 +377,13 @@ class MainWindow(QMainWindow):
 
         Without a runner (the default) the agent figures are shown but the action
         buttons stay disabled."""
+        if runner is not None and (self.model_runner is None or self._own_model_runner):
+            # Model actions go to the same agent directory, on their own pool.
+            if self.model_runner is not None:
+                self.model_runner.deleteLater()
+            self.set_model_runner(ModelActionRunner(runner.directory, self,
+                                                    settle_s=runner.settle_s))
+            self._own_model_runner = True
         if self.runner is not None:
             for sig, slot in ((self.runner.action_started, self._on_action_update),
                               (self.runner.action_progress, self._on_action_progress),
@@ -368,11 +432,13 @@ class MainWindow(QMainWindow):
             self.details = ProcessDetailView(self)
             self.details.free_requested.connect(self.free_cache)
             self.details.gc_requested.connect(self.run_gc)
+            self.details.model_action_requested.connect(self._on_model_request)
+            self.details.idle_unload_requested.connect(self.set_idle_unload)
         view = self.details
         view.set_process(pid)
         if self._latest is not None:
             busy = self.runner is not None and pid in self.runner.busy_pids()
-            view.update_snapshot(self._latest, busy, self.runner is not None)
+            self._update_details(self._latest, busy, self.runner is not None)
         if self.last_action is not None and pid in self.last_action.pids:
             self._show_in_details(self.last_action)
         view.show()
@@ -465,13 +531,302 @@ class MainWindow(QMainWindow):
                 panel.update_agents(gpu, snap.agents,
                                     any(p.pid in busy for p in gpu.processes), can_act)
         if self.details is not None and self.details.isVisible():
-            self.details.update_snapshot(snap, self.details.pid in busy, can_act)
+            self._update_details(snap, self.details.pid in busy, can_act)
+
+    # -- models: unload / reload / pin, idle timer, pressure policy, events ------------------
+    def set_model_runner(self, runner: ModelActionRunner | None) -> None:
+        """Run model actions through ``runner`` (made from the action runner by default)."""
+        if self.model_runner is not None:
+            self.model_runner.action_started.disconnect(self._on_model_started)
+            self.model_runner.action_finished.disconnect(self._on_model_finished)
+        self.model_runner = runner
+        self._own_model_runner = False
+        if runner is not None:
+            runner.action_started.connect(self._on_model_started)
+            runner.action_finished.connect(self._on_model_finished)
+
+    def set_policy(self, driver: PolicyDriver | None) -> None:
+        """The app's memory-pressure policy: the Auto-unload control edits its settings,
+        its decisions are shown (status bar, Activity log, the models' rows)."""
+        if self.policy is not None:
+            self.policy.decision.disconnect(self._on_policy_decision)
+        self.policy = driver
+        if driver is not None:
+            driver.decision.connect(self._on_policy_decision)
+            driver.apply(self.settings.auto_unload)
+        self.auto_unload.set_available(driver is not None and driver.available,
+                                       (driver.error or "") if driver is not None else "")
+
+    def set_auto_unload(self, settings: AutoUnloadSettings) -> None:
+        """New auto-unload settings (from the control, or restored from storage)."""
+        self.settings.auto_unload = settings.normalised()
+        if self.auto_unload.settings() != self.settings.auto_unload:
+            self.auto_unload.set_settings(self.settings.auto_unload)
+        if self.policy is not None:
+            self.policy.apply(self.settings.auto_unload)
+        self._add_activity(ActivityEntry(
+            time.time(), "", "", "Auto-unload " + ("on" if settings.enabled else "off"),
+            self.settings.auto_unload.summary().removeprefix("Auto-unload: ")
+            if settings.enabled else "", kind="setting",
+            detail=self.auto_unload.toolTip().split("\n\nClick")[0]), count=False, coalesce=True)
+
+    def unload_model(self, pid: int, model: str, to: str = "cpu", force: bool = False,
+                     reason: str = "manual", name: str | None = None,
+                     device: str | None = None, size: int | None = None) -> ModelAction | None:
+        """Unload ``model`` of process ``pid`` (off the GUI thread)."""
+        return self._submit_model(ModelAction(UNLOAD, pid, model, name or model, to=to,
+                                              force=force, reason=reason, size=size), device)
+
+    def reload_model(self, pid: int, model: str, name: str | None = None,
+                     device: str | None = None) -> ModelAction | None:
+        return self._submit_model(ModelAction(RELOAD, pid, model, name or model), device)
+
+    def pin_model(self, pid: int, model: str, pinned: bool, name: str | None = None
+                  ) -> ModelAction | None:
+        return self._submit_model(ModelAction(PIN, pid, model, name or model, pinned=pinned))
+
+    def set_idle_unload(self, pid: int, seconds: float | None) -> ModelAction | None:
+        """The idle timer of the agent in ``pid`` (None: off), off the GUI thread."""
+        return self._submit_model(ModelAction(IDLE_TTL, pid, None, seconds=seconds))
+
+    def _on_model_request(self, req: dict) -> None:
+        kind = req.get("kind")
+        pid, model = req["pid"], req["model"]
+        if kind == UNLOAD:
+            self.unload_model(pid, model, req.get("to") or "cpu", bool(req.get("force")),
+                              name=req.get("name"), device=req.get("device"),
+                              size=req.get("size"))
+        elif kind == RELOAD:
+            self.reload_model(pid, model, req.get("name"), req.get("device"))
+        elif kind == PIN:
+            self.pin_model(pid, model, bool(req.get("pinned")), req.get("name"))
+
+    def _submit_model(self, action: ModelAction, device: str | None = None
+                      ) -> ModelAction | None:
+        runner = self.model_runner
+        if runner is None:
+            return None
+        action.label = action.label or self._process_label(action.pid)
+        snap = self._latest
+        if action.kind in (UNLOAD, RELOAD) and snap is not None:
+            report = snap.agents.get(action.pid)
+            if device is None and report is not None:
+                m = next((m for m in report.models if m.id == action.model), None)
+                if m is not None:
+                    device = m.home_device or m.device
+                    if action.size is None and m.param_bytes is not None:
+                        action.size = (m.param_bytes or 0) + (m.buffer_bytes or 0)
+            action.display_id = gpu_of_device(snap, report, device, action.pid)
+            from app.ui.agent_actions import gpu_used, nvml_usage
+
+            action.baseline = nvml_usage(snap, action.pid, action.display_id)
+            action.gpu_before = gpu_used(snap, action.display_id)
+        if not runner.submit(action):
+            return None
+        return action
+
+    def _on_policy_decision(self, d) -> None:
+        """A pressure-policy decision (``PolicyDecision``), new or with its results."""
+        from app.core import pressure_policy as pp
+
+        did = next((g.display_id for g in (self._latest.gpus if self._latest else ())
+                    if (d.gpu_uuid and g.uuid == d.gpu_uuid) or
+                    (not d.gpu_uuid and g.index == d.gpu)), str(d.gpu))
+        gpu = f"GPU {did}"
+        for a in d.actions:
+            if d.done:
+                self._policy_pending.pop((a.pid, a.model), None)
+            else:
+                self._policy_pending[(a.pid, a.model)] = d
+        if d.kind == pp.UNLOAD:
+            names = ", ".join(f"{a.name} ({fmt_bytes(a.bytes)})" for a in d.actions)
+            if not d.done:
+                text = (f"Auto-unload: {gpu} at {fmt_fraction(d.fraction)} ≥ "
+                        f"{fmt_fraction(self.settings.auto_unload.threshold)}: unloading {names}")
+            else:
+                ok = sum(1 for r in d.results if r.ok)
+                failed = [r for r in d.results if not r.ok]
+                text = (f"Auto-unload: {gpu}: unloaded {ok} of {len(d.actions)} "
+                        f"({names}), released {fmt_bytes(d.bytes_released)}")
+                if failed:
+                    text += f"; {failed[0].model}: {failed[0].error or failed[0].code}"
+            self._status(text, d.reason, error=d.done and not any(r.ok for r in d.results))
+            key = (self.policy.generation if self.policy is not None else 0, d.seq)
+            first = key not in self._policy_logged  # (it may arrive already done)
+            self._policy_logged.add(key)
+            if len(self._policy_logged) > 1024:
+                self._policy_logged = set(sorted(self._policy_logged)[-512:])
+            for a in (d.actions if first else ()):
+                self._add_activity(ActivityEntry(
+                    d.time, self._process_label(a.pid), a.name, "Decided: unload",
+                    reason_text("pressure"), detail=f"{gpu}: {d.reason}", kind="decision"))
+            if d.done:
+                for r in d.results:
+                    if not r.ok:
+                        a = next((x for x in d.actions if x.model == r.model), None)
+                        self._add_activity(ActivityEntry(
+                            time.time(), self._process_label(r.pid), a.name if a else r.model,
+                            "Refused: unload" if r.code == "refused" else "Unload failed",
+                            reason_text("pressure"), detail=f"{r.error or r.code}",
+                            error=True, kind="refusal"))
+        elif d.kind == pp.NOTHING_ELIGIBLE:
+            text = f"Auto-unload: {gpu} at {fmt_fraction(d.fraction)}, nothing eligible to unload"
+            self._status(text, d.reason)
+            self._add_activity(ActivityEntry(d.time, "", "", f"{gpu}: nothing to unload",
+                                             reason_text("pressure"), detail=d.reason,
+                                             kind="decision"), count=False, coalesce=True)
+        else:  # deferred: the log only
+            self._add_activity(ActivityEntry(d.time, "", "", f"{gpu}: deferred",
+                                             reason_text("pressure"), detail=d.reason,
+                                             kind="decision"), count=False, coalesce=True)
+        if d.actions:
+            self._refresh_agent_widgets()
+
+    def _policy_action(self, d, pid: int, model: str) -> ModelAction:
+        """A policy unload in flight, as the detail view shows a pending action."""
+        key = (pid, model, d.seq)
+        action = self._policy_actions.get(key)
+        if action is None:
+            a = next((x for x in d.actions if x.model == model), None)
+            runner = self.policy.runner() if self.policy is not None else None
+            to = getattr(getattr(runner, "config", None), "target", "cpu")
+            action = ModelAction(UNLOAD, pid, model, a.name if a else model, to=to,
+                                 reason="pressure", size=a.bytes if a else None,
+                                 label=self._process_label(pid))
+            if len(self._policy_actions) > 64:
+                self._policy_actions.clear()
+            self._policy_actions[key] = action
+        return action
+
+    def _on_model_started(self, action: ModelAction) -> None:
+        if action.reason != "pressure":
+            self._status(action.summary())
+        self._refresh_agent_widgets()
+
+    def _on_model_finished(self, action: ModelAction) -> None:
+        key = action.key
+        self._model_last[key] = action
+        if len(self._model_last) > 256:
+            self._model_last.pop(next(iter(self._model_last)))
+        ev = action.event
+        if ev is not None:
+            rec = self.event_log.add_event(self._latest, action.pid, ev)
+            if rec is not None:
+                self._on_model_events([rec], from_action=True)
+        if action.kind in (UNLOAD, RELOAD) and action.ok:
+            self._model_measuring.append(action)
+        elif not action.ok and action.kind != IDLE_TTL:
+            kind = "refusal" if action.refused else "event"
+            event = (f"Refused: {action.kind}" if action.refused
+                     else f"{action.kind.capitalize()} failed")
+            self._add_activity(ActivityEntry(time.time(), action.label, action.who(), event,
+                                             reason_text(action.reason), detail=action.summary(),
+                                             error=True, kind=kind))
+        elif action.kind == IDLE_TTL:
+            self._add_activity(ActivityEntry(time.time(), action.label, "", "Idle timer",
+                                             action.summary(with_process=False),
+                                             detail=action.summary(), error=not action.ok,
+                                             kind="setting"), count=False)
+        self._status(action.summary(), error=action.done and not action.ok)
+        self._refresh_agent_widgets()
+
+    def _measure_models(self, snapshot: Snapshot) -> None:
+        settle = self.model_runner.settle_s if self.model_runner is not None else 0.5
+        for action in list(self._model_measuring):
+            if action.measure(snapshot, settle_s=settle):
+                self._model_measuring.remove(action)
+                if self._model_last.get(action.key) is action and action.reason != "pressure":
+                    self._status(action.summary())
+
+    def _directory_events(self, snapshot: Snapshot) -> list[EventRecord]:
+        """The directory's own event stream (``events_since``: no I/O), for events that
+        no report carries any more (an agent gone right after an unload)."""
+        d = self.runner.directory() if self.runner is not None else None
+        since = getattr(d, "events_since", None)
+        if d is None or since is None:
+            return []
+        if d is not self._events_dir:
+            self._events_dir, self._events_cursor = d, 0
+        try:
+            events, self._events_cursor = since(self._events_cursor)
+        except Exception:
+            return []
+        out = []
+        for pid, ev in events:
+            rec = self.event_log.add_event(snapshot, pid, ev)
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def _on_model_events(self, records: list[EventRecord], from_action: bool = False) -> None:
+        """New unload / reload events: the Activity log, markers, the status bar."""
+        for rec in records:
+            ev = rec.event
+            label = self._process_label(rec.pid)
+            if ev.action == "unload":
+                what = f"Unloaded → {target_text(ev.target)}" if ev.ok else "Unload failed"
+            else:
+                what = "Reloaded" if ev.ok else "Reload failed"
+            self._add_activity(ActivityEntry(
+                rec.time, label, ev.name, what, reason_text(ev.reason),
+                ev.bytes_released if ev.action == "unload" else None, ev.seconds,
+                detail=f"{label}: {rec.text}" + (f" on GPU {rec.display_id}"
+                                                  if rec.display_id else ""),
+                error=not ev.ok))
+            if ev.reason != "manual" and not from_action:
+                self._status(f"{label}: {rec.text}", error=not ev.ok)
+        # Markers: draw the changed panels at the next refresh.
+        self._dirty = True
+
+    def _add_activity(self, entry: ActivityEntry, count: bool = True,
+                      coalesce: bool = False) -> None:
+        self.activity.add(entry, coalesce)
+        if count and self.lower_tabs.currentWidget() is not self.activity:
+            self._unseen_activity += 1
+            self.lower_tabs.setTabText(self.lower_tabs.indexOf(self.activity),
+                                       f"Activity ({self._unseen_activity})")
+
+    def _on_tab_changed(self, index: int) -> None:
+        if self.lower_tabs.widget(index) is self.activity and self._unseen_activity:
+            self._unseen_activity = 0
+            self.lower_tabs.setTabText(index, "Activity")
+
+    def _status(self, text: str, tooltip: str = "", error: bool = False) -> None:
+        self.action_label.setText(text)
+        self.action_label.setToolTip(tooltip or text)
+        crit = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
+        self.action_label.setStyleSheet(f"color: {crit};" if error else "")
+
+    def _update_details(self, snapshot: Snapshot, busy: bool, can_act: bool) -> None:
+        view = self.details
+        if view is None or view.pid is None:
+            return
+        pid = view.pid
+        pending: dict[str, ModelAction] = {}
+        idle_pending = False
+        if self.model_runner is not None:
+            for a in self.model_runner.running():
+                if a.pid == pid:
+                    if a.kind == IDLE_TTL:
+                        idle_pending = True
+                    elif a.model is not None:
+                        pending[a.model] = a
+        for (p, m), d in self._policy_pending.items():
+            if p == pid and m not in pending:
+                pending[m] = self._policy_action(d, p, m)
+        last = {m: a for (p, m), a in self._model_last.items()
+                if p == pid and m is not None}
+        view.update_snapshot(snapshot, busy, can_act, pending, last, idle_pending)
 
     # -- internals -----------------------------------------------------------------------
     def _refresh_panel(self, did: str, panel: GpuPanel) -> None:
         keys = panel.wanted_keys(self.history.available(did, self.span_s))
         view = self.history.view(did, self.span_s, keys)
-        panel.refresh_plot(view, functools.partial(self.history.label, did), self.span_s)
+        version = self.event_log.versions.get(did)
+        if version is not None:
+            panel.set_markers(self.event_log.markers.get(did, ()), version)
+        panel.refresh_plot(view, functools.partial(self.history.label, did), self.span_s,
+                           self._latest.timestamp if self._latest is not None else None)
 
     def _panel_on_screen(self, panel: GpuPanel) -> bool:
         """False only for panels scrolled out of sight in a shown window."""

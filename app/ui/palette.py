@@ -54,6 +54,9 @@ BREAKDOWN_TENSORS = "#56B4E9"
 BREAKDOWN_CACHE = "#E69F00"
 # The marker of processes with an agent (PyTorch's own orange-red).
 AGENT_COLOR = "#EE4C2C"
+# Model events on the VRAM graph: unload (memory given back) and reload.
+MARKER_UNLOAD = "#009E73"
+MARKER_RELOAD = "#2F7FD0"
 
 
 def level_for(fraction: float | None) -> str:

@@ -50,6 +50,13 @@ class FakeAgent:
         self.reserved = 4000
         self.allocated = 1000
         self.requests: list[tuple[str, dict]] = []
+        # Model manager (opt-in: ``with_models()``): model dicts as in a report
+        self.models: list[dict[str, Any]] | None = None
+        self.events: list[dict[str, Any]] = []
+        self.idle_unload_s: float | None = None
+        self.action_delay_s = 0.0  # an unload/reload takes this long
+        self.strict_params = False  # refuse params it does not know (an older agent)
+        self._seq = 0
         self.connections = 0
         self._stop = threading.Event()
         self._dir = sock_dir or tempfile.mkdtemp(prefix="vsfa-")
@@ -67,6 +74,24 @@ class FakeAgent:
         self._conns: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
+
+    def with_models(self, now: float | None = None) -> "FakeAgent":
+        """Two models on cuda:0: "m1" in training mode, "m2" in eval mode idle for 10 min."""
+        now = time.time() if now is None else now
+        self.models = [
+            {"id": "m1", "name": "model", "class": "Net", "params": 10, "param_bytes": 40,
+             "buffer_bytes": 0, "device": "cuda:0", "dtype": "float32", "training": True,
+             "requires_grad": True, "last_used": now - 1, "state": "resident",
+             "offloaded_to": None, "pinned": False, "auto_unload_blocker": "training mode",
+             "home_device": "cuda:0", "bytes_by_device": {"cuda:0": {"params": 40, "buffers": 0}}},
+            {"id": "m2", "name": "head", "class": "Head", "params": 1000, "param_bytes": 2000,
+             "buffer_bytes": 16, "device": "cuda:0", "dtype": "float16", "training": False,
+             "requires_grad": False, "last_used": now - 600, "state": "resident",
+             "offloaded_to": None, "pinned": False, "auto_unload_blocker": None,
+             "home_device": "cuda:0",
+             "bytes_by_device": {"cuda:0": {"params": 2000, "buffers": 16}}},
+        ]
+        return self
 
     def entry_json(self, create_time: float | None = None) -> dict[str, Any]:
         import psutil
@@ -171,7 +196,14 @@ class FakeAgent:
         if method == "ping":
             return protocol.result(rid, {"pong": True})
         if method == "report":
-            return protocol.result(rid, report_json(self.pid, self.allocated, self.reserved))
+            data = report_json(self.pid, self.allocated, self.reserved)
+            if self.models is not None:
+                data["models"] = [dict(m) for m in self.models]
+                data["events"] = list(self.events[-64:])
+                data["policy"] = {"idle_unload_s": self.idle_unload_s}
+            return protocol.result(rid, data)
+        if method in ("unload", "reload", "pin", "set_policy"):
+            return self._model_answer(rid, method, params)
         if method == "free_cache":
             before = self.reserved
             self.reserved = self.allocated
@@ -185,3 +217,68 @@ class FakeAgent:
         if method == "fail":
             return protocol.error(rid, protocol.FAILED, "it broke")
         return protocol.error(rid, protocol.UNKNOWN_METHOD, method)
+
+    def _model_answer(self, rid: Any, method: str, params: dict) -> dict:
+        """The model manager's methods, as protocol.py describes them."""
+        if self.models is None:
+            return protocol.error(rid, protocol.UNKNOWN_METHOD, method)
+        if method == "set_policy":
+            ttl = params.get("idle_unload_s")
+            if ttl is not None and (not isinstance(ttl, (int, float)) or ttl <= 0):
+                return protocol.error(rid, protocol.BAD_PARAMS, "idle_unload_s must be > 0 or null")
+            self.idle_unload_s = ttl
+            return protocol.result(rid, {"idle_unload_s": ttl})
+        known = {"unload": {"model", "to", "force"}, "reload": {"model"},
+                 "pin": {"model", "pinned"}}[method]
+        if self.strict_params and set(params) - known:
+            return protocol.error(rid, protocol.BAD_PARAMS,
+                                  f"unknown params: {', '.join(sorted(set(params) - known))}")
+        model = next((m for m in self.models if m["id"] == params.get("model")), None)
+        if model is None:
+            return protocol.error(rid, protocol.NOT_FOUND, f"no model {params.get('model')!r}")
+        if method == "pin":
+            model["pinned"] = bool(params.get("pinned"))
+            return protocol.result(rid, {"model": model["id"], "pinned": model["pinned"]})
+        nbytes = model["param_bytes"] + model["buffer_bytes"]
+        if method == "unload":
+            if model["state"] != "resident":
+                return protocol.error(rid, protocol.REFUSED, f"already {model['state']}")
+            if model["training"] and not params.get("force"):
+                return protocol.error(rid, protocol.REFUSED,
+                                      "training mode: call model.eval() or pass force")
+            if self.action_delay_s:
+                time.sleep(self.action_delay_s)
+            target = params.get("to", "cpu")
+            model.update(state="offloaded", offloaded_to=target,
+                         device="cpu" if target == "cpu" else "disk",
+                         bytes_by_device={"cpu": {"params": model["param_bytes"],
+                                                  "buffers": model["buffer_bytes"]}}
+                         if target == "cpu" else {})
+            released = nbytes + max(0, self.reserved - self.allocated)
+            self.allocated = max(0, self.allocated - nbytes)
+            self.reserved = self.allocated
+            event = self._event(model, "unload", "offloaded", target, nbytes, released,
+                                params.get("reason", "manual"))
+        else:
+            if model["state"] != "offloaded":
+                return protocol.error(rid, protocol.REFUSED, f"not offloaded ({model['state']})")
+            if self.action_delay_s:
+                time.sleep(self.action_delay_s)
+            target = model["offloaded_to"]
+            model.update(state="resident", offloaded_to=None, device=model["home_device"],
+                         bytes_by_device={model["home_device"]: {
+                             "params": model["param_bytes"], "buffers": model["buffer_bytes"]}})
+            self.allocated += nbytes
+            self.reserved += nbytes
+            event = self._event(model, "reload", "resident", target, nbytes, None, "manual")
+        return protocol.result(rid, event)
+
+    def _event(self, model: dict, action: str, state: str, target: Any, moved: int,
+               released: int | None, reason: str) -> dict:
+        self._seq += 1
+        event = {"seq": self._seq, "time": time.time(), "model": model["id"],
+                 "name": model["name"], "action": action, "state": state, "target": target,
+                 "bytes_moved": moved, "bytes_released": released, "seconds": 0.01,
+                 "reason": reason, "ok": True, "error": None}
+        self.events.append(event)
+        return event

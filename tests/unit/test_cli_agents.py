@@ -19,11 +19,12 @@ from tests.fakes.fake_agent import FakeAgent
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_KEYS = {"pid", "argv", "python", "torch", "torch_status", "cuda_initialized",
-              "allocator_backend", "devices", "models", "error"}
+              "allocator_backend", "devices", "models", "idle_unload_s", "events", "error"}
 DEVICE_KEYS = {"index", "allocated", "reserved", "peak_allocated", "peak_reserved",
                "inactive_split", "num_alloc_retries", "num_ooms"}
 MODEL_KEYS = {"id", "name", "class", "params", "param_bytes", "buffer_bytes", "device", "dtype",
-              "training", "last_used", "group"}
+              "training", "last_used", "group", "state", "offloaded_to", "pinned", "home_device",
+              "requires_grad", "auto_unload_blocker"}
 FREE_KEYS = {"pid", "ok", "reserved_before", "reserved_after", "freed", "error"}
 
 needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")

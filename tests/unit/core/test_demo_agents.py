@@ -155,3 +155,117 @@ def test_collector_attaches_demo_agents():
     assert len(snap.agents) == 3  # eval.py starts 8 s into the demo
     pids = {p.pid for g in snap.gpus for p in g.processes}
     assert set(snap.agents) <= pids
+
+
+# ------------------------------------------------------------ model manager
+
+
+def model_named(report, name):
+    return next(m for m in report.models if m.name == name)
+
+
+def test_unload_takes_the_bytes_out_of_nvml_and_allocator_figures_and_reload_puts_them_back():
+    src, agents, clock, gpus = setup(10.0)
+    nb = report_for(agents, "ipykernel")
+    unet = model_named(nb, "pipe.unet")
+    assert (unet.state, unet.home_device, unet.auto_unload_blocker) == ("resident", "cuda:0", None)
+    nvml_before = procs_by_pid(gpus)[nb.pid][1].gpu_memory
+    cache = nb.devices[0].cache
+    result = agents.unload(nb.pid, unet.id, to="disk")
+    assert result.ok and result.code is None
+    ev = result.event
+    assert (ev.action, ev.state, ev.target, ev.reason) == ("unload", "offloaded", "disk", "manual")
+    assert ev.bytes_moved == unet.param_bytes
+    assert ev.seconds == pytest.approx(unet.param_bytes / 2e9, rel=0.05)  # ~2 GB/s to disk
+    assert ev.bytes_released == pytest.approx(unet.param_bytes + cache, abs=2 * MiB)
+    gpus = src.read()
+    after = report_for(agents, "ipykernel")
+    nvml_after = procs_by_pid(gpus)[nb.pid][1].gpu_memory
+    assert nvml_before - nvml_after == pytest.approx(ev.bytes_released, abs=2 * MiB)
+    m = model_named(after, "pipe.unet")
+    assert (m.state, m.offloaded_to, m.device, m.bytes_by_device) == ("offloaded", "disk", "disk", {})
+    assert after.param_bytes_on(0) == nb.param_bytes_on(0) - unet.param_bytes
+    assert after.devices[0].allocated >= after.param_bytes_on(0)
+    assert after.events == (ev,)
+    # the notebook is idle: it stays offloaded ...
+    clock.now += 60.0
+    gpus = src.read()
+    assert model_named(report_for(agents, "ipykernel"), "pipe.unet").state == "offloaded"
+    # ... until reloaded (~10 GB/s from host memory, 2 GB/s from disk)
+    back = agents.reload(nb.pid, unet.id)
+    assert back.ok and back.event.action == "reload" and back.event.target == "disk"
+    assert back.event.seconds == pytest.approx(unet.param_bytes / 2e9, rel=0.05)
+    gpus = src.read()
+    again = report_for(agents, "ipykernel")
+    assert model_named(again, "pipe.unet").state == "resident"
+    assert procs_by_pid(gpus)[nb.pid][1].gpu_memory == pytest.approx(
+        nvml_after + unet.param_bytes, abs=2 * MiB)
+    assert [e.seq for e in again.events] == [1, 2]
+    assert [(e.action, p) for p, e in agents.events_since(0)[0]] == [
+        ("unload", nb.pid), ("reload", nb.pid)]
+
+
+@pytest.mark.parametrize("t", [10.0, 30.0, 44.0, 100.0])
+def test_figures_add_up_with_models_offloaded(t):
+    src, agents, clock, gpus = setup(t)
+    nb = report_for(agents, "ipykernel")
+    for m in nb.models[:2]:
+        assert agents.unload(nb.pid, m.id, to="cpu").ok
+    gpus = src.read()
+    procs = procs_by_pid(gpus)
+    r = report_for(agents, "ipykernel")
+    dev = r.devices[0]
+    assert 472 * MiB + dev.reserved == procs[r.pid][1].gpu_memory
+    assert dev.allocated + dev.cache == dev.reserved
+    assert dev.allocated >= r.param_bytes_on(0) > 0
+    offloaded = [m for m in r.models if m.state == "offloaded"]
+    assert len(offloaded) == 2 and all(m.bytes_by_device.get("cpu") for m in offloaded)
+
+
+def test_training_model_is_refused_without_force_and_reloads_on_its_next_forward():
+    src, agents, clock, gpus = setup(20.0)
+    train = report_for(agents, "train.py")
+    resnet = train.models[0]
+    assert resnet.auto_unload_blocker == "training mode" and resnet.training
+    refused = agents.unload(train.pid, resnet.id)
+    assert not refused.ok and refused.code == "refused" and "training mode" in refused.error
+    assert agents.unload(train.pid, resnet.id, reason="pressure").code == "refused"
+    forced = agents.unload(train.pid, resnet.id, force=True)
+    assert forced.ok and forced.event.seconds == pytest.approx(resnet.param_bytes / 10e9 + 0.015,
+                                                               rel=0.05)
+    assert report_for(agents, "train.py").models[0].state == "offloaded"
+    clock.now += 0.25  # the training loop's next step
+    src.read()
+    m = report_for(agents, "train.py").models[0]
+    assert m.state == "resident" and m.device == "cuda:0"
+    last = agents.events_since(0)[0][-1][1]
+    assert (last.action, last.reason) == ("reload", "forward")
+
+
+def test_errors_pin_and_the_agents_own_idle_timer():
+    src, agents, clock, gpus = setup(20.0)
+    nb = report_for(agents, "ipykernel")
+    vae = model_named(nb, "pipe.vae")
+    assert agents.unload(1843, "x").code == "not_found"  # Xorg has no agent
+    assert agents.unload(nb.pid, "nope").code == "not_found"
+    assert agents.reload(nb.pid, vae.id).code == "refused"  # it is resident
+    assert agents.unload(nb.pid, vae.id, to="gpu").code == "bad_params"
+    pinned = agents.pin(nb.pid, vae.id, True)
+    assert pinned.ok and pinned.pinned
+    m = model_named(report_for(agents, "ipykernel"), "pipe.vae")
+    assert m.pinned and m.auto_unload_blocker == "pinned"
+    assert agents.unload(nb.pid, vae.id, reason="pressure").error == "pinned"
+    assert agents.unload(nb.pid, vae.id).ok  # by hand it still goes
+    assert agents.set_idle_unload(nb.pid, -5)["code"] == "bad_params"
+    assert agents.set_idle_unload(1843, 60)["code"] == "not_found"
+    assert agents.set_idle_unload(nb.pid, 600) == {"ok": True, "idle_unload_s": 600.0,
+                                                   "error": None, "code": None}
+    clock.now += 0.25
+    src.read()
+    r = report_for(agents, "ipykernel")
+    assert r.idle_unload_s == 600.0
+    assert {m.name: m.state for m in r.models} == {
+        "pipe.unet": "offloaded", "pipe.text_encoder": "offloaded", "pipe.vae": "offloaded"}
+    idle = [e for _, e in agents.events_since(0)[0] if e.reason == "idle"]
+    assert sorted(e.name for e in idle) == ["pipe.text_encoder", "pipe.unet"]
+    assert agents.set_idle_unload(nb.pid, None)["idle_unload_s"] is None

@@ -374,11 +374,11 @@ def test_detail_view_header_breakdown_and_models(window):
     assert unet[MCOL_PARAMS] == "860 M"
     assert unet[MCOL_SIZE] == "1.6 GiB"
     assert unet[MCOL_DEVICE] == "cuda:0" and unet[MCOL_DTYPE] == "float16"
-    assert unet[MCOL_MODE] == "eval" and unet[MCOL_LAST] == "3 min ago"
+    assert unet[MCOL_MODE] == "eval" and unet[MCOL_LAST] == "idle 3 min"
     resnet = rows["model"]
     assert resnet[MCOL_PARAMS] == "25.6 M"
     assert resnet[MCOL_SIZE] == "97.7 MiB"  # parameters + buffers
-    assert resnet[MCOL_MODE] == "train" and resnet[MCOL_LAST] == "never"
+    assert resnet[MCOL_MODE] == "train" and resnet[MCOL_LAST] == "never used"
     assert view.models_title.text() == "Models (2)"
 
 

@@ -1,0 +1,499 @@
+"""Model actions (unload, reload, pin, idle TTL) run off the GUI thread.
+
+``AgentDirectory.unload`` and friends block on a socket round trip that can
+take seconds (moving gigabytes of weights), so :class:`ModelActionRunner` runs
+them on a :class:`QThreadPool`; results come back on the GUI thread through a
+queued signal.  A :class:`ModelAction` carries the NVML figures taken at the
+click so the window can say what the driver *shows* was released, like the
+free-cache action does (:meth:`ModelAction.measure`).
+
+Also here: the Qt-free texts of the model list (state badge, idle time) and of
+the refusals an agent answers with.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+
+from app.core.agent_types import AgentReport, ModelActionResult, ModelEvent, ModelInfo
+from app.core.agents import AgentDirectory
+from app.core.samples import Snapshot
+from app.ui.agent_actions import gpu_used, nvml_usage
+from app.ui.format import NA, fmt_bytes
+
+log = logging.getLogger(__name__)
+
+UNLOAD = "unload"
+RELOAD = "reload"
+PIN = "pin"
+IDLE_TTL = "idle_ttl"
+
+#: A model whose last forward is at most this old counts as "in use".
+IN_USE_S = 10.0
+
+_ids = itertools.count(1)
+
+
+# -- texts of the model list ----------------------------------------------------------------------
+
+STATE_RESIDENT = "resident"
+STATE_UNLOADING = "unloading"
+STATE_OFFLOADED = "offloaded"
+STATE_RELOADING = "reloading"
+BUSY_STATES = (STATE_UNLOADING, STATE_RELOADING)
+
+
+def target_text(target: str | None) -> str:
+    return {"cpu": "CPU", "disk": "disk"}.get(target or "", target or "?")
+
+
+def state_text(m: ModelInfo, pending: "ModelAction | None" = None) -> str:
+    """The badge: Resident / Offloaded to CPU / Offloaded to disk / Unloading… / Reloading…"""
+    if pending is not None and pending.kind in (UNLOAD, RELOAD) and m.state not in BUSY_STATES:
+        # Asked for, not yet reported by the agent.
+        return "Unloading…" if pending.kind == UNLOAD else "Reloading…"
+    if m.state == STATE_UNLOADING:
+        return "Unloading…"
+    if m.state == STATE_RELOADING:
+        return "Reloading…"
+    if m.state == STATE_OFFLOADED:
+        return f"Offloaded to {target_text(m.offloaded_to)}"
+    if m.state == STATE_RESIDENT:
+        return "Resident"
+    return m.state.capitalize() if m.state else NA
+
+
+def is_moving(m: ModelInfo, pending: "ModelAction | None" = None) -> bool:
+    return m.state in BUSY_STATES or (pending is not None and pending.kind in (UNLOAD, RELOAD))
+
+
+def model_device(m: ModelInfo) -> str:
+    """Where the weights belong: the home device while offloaded ("cuda:0")."""
+    if m.state != STATE_RESIDENT and m.home_device:
+        return m.home_device
+    return m.device or m.home_device or NA
+
+
+def idle_seconds(m: ModelInfo, now: float) -> float | None:
+    return None if m.last_used is None else max(0.0, now - m.last_used)
+
+
+def fmt_idle(seconds: float | None) -> str:
+    """``in use``, ``idle 45 s``, ``idle 12 min``, ``idle 2 h 17 min``; ``never used``."""
+    if seconds is None:
+        return "never used"
+    if seconds < IN_USE_S:
+        return "in use"
+    if seconds < 60:
+        return f"idle {int(seconds)} s"
+    if seconds < 3600:
+        return f"idle {int(seconds // 60)} min"
+    if seconds < 86400:
+        h, rest = divmod(int(seconds), 3600)
+        return f"idle {h} h {rest // 60} min" if rest >= 60 else f"idle {h} h"
+    return f"idle {int(seconds // 86400)} d"
+
+
+_BLOCKER_HELP = {
+    "training mode": "the model is in training mode (model.train()): an optimizer may step it "
+                     "at any time",
+    "requires grad": "its parameters require gradients: gradients and optimizer state refer "
+                     "to them",
+    "pinned": "you pinned it: pinned models are never unloaded automatically",
+    "torch.compile": "it is compiled with torch.compile: compiled graphs hold their own "
+                     "references to the weights, moving them is not safe",
+    "never used": "no forward pass has been seen yet, so the agent cannot tell whether it "
+                  "is idle",
+}
+
+
+def blocker_tooltip(blocker: str | None) -> str:
+    """Why the model is (not) eligible for automatic unloading."""
+    if not blocker:
+        return ("Eligible for automatic unloading once idle (by the process's idle timer "
+                "or the app's memory-pressure policy).")
+    key = next((k for k in _BLOCKER_HELP if k in blocker.lower()), None)
+    why = _BLOCKER_HELP.get(key, blocker) if key else blocker
+    text = f"Not unloaded automatically: {why}."
+    if overridable(blocker):
+        text += "\nYou can still unload it by hand (“Unload anyway”)."
+    return text
+
+
+# -- refusals -------------------------------------------------------------------------------------
+
+_OVERRIDABLE = ("training", "requires grad", "requires_grad", "never used", "never been used",
+                "not used yet")
+
+
+def overridable(reason: str | None) -> bool:
+    """True when a refusal may be overridden with ``force`` (the user takes the risk):
+    training mode, requires grad, never used.  Never for torch.compile, a running
+    forward or anything unknown."""
+    if not reason:
+        return False
+    text = reason.lower()
+    if "compile" in text or "forward" in text or "busy" in text:
+        return False
+    return any(k in text for k in _OVERRIDABLE)
+
+
+def force_consequences(reason: str, name: str, to: str) -> str:
+    """What may happen if ``name`` is unloaded despite ``reason`` (for the confirmation)."""
+    text = reason.lower()
+    lines = [f"The agent refused to unload {name}: {reason}.", ""]
+    if "training" in text:
+        lines.append("The model is in training mode. If training continues while it is "
+                     "offloaded, the next forward pass waits for the weights to come back, "
+                     "and an optimizer step can fail with a device mismatch (its state stays "
+                     "on the GPU) or update a stale copy.")
+    if "grad" in text:
+        lines.append("Its parameters require gradients. Gradients and optimizer state that "
+                     "refer to them stay on the GPU; a backward pass or optimizer step while "
+                     "it is offloaded can fail or leave the weights inconsistent.")
+    if "never" in text or "not used" in text:
+        lines.append("No forward pass of this model has been seen. It may be used in a way the "
+                     "agent cannot watch (called by another module, through TorchScript or "
+                     "custom kernels); such a use while offloaded fails with a device mismatch "
+                     "instead of reloading it.")
+    where = "host memory" if to == "cpu" else "disk"
+    lines += ["", f"The weights move to {where}; the next forward pass reloads them, which "
+                  "takes time.  Unload anyway?"]
+    return "\n".join(lines)
+
+
+# -- GPU of a model ----------------------------------------------------------------------------
+
+def gpu_of_device(snapshot: Snapshot | None, report: AgentReport | None,
+                  device: str | None, pid: int | None = None) -> str | None:
+    """The display id of the NVML GPU behind a process's ``"cuda:N"`` (by UUID when
+    the agent reports them); else the GPU the process runs on, if only one."""
+    if snapshot is None:
+        return None
+    if device and device.startswith("cuda:") and report is not None:
+        try:
+            index = int(device.split(":", 1)[1])
+        except ValueError:
+            index = None
+        if index is not None:
+            dev = report.device(index)
+            if dev is not None and dev.uuid:
+                from app.core.agent_types import _bare_uuid
+
+                want = _bare_uuid(dev.uuid)
+                for g in snapshot.gpus:
+                    if g.uuid and _bare_uuid(g.uuid) == want and g.mig_index is None:
+                        return g.display_id
+            elif not any(d.uuid for d in report.devices):
+                for g in snapshot.gpus:
+                    if g.index == index and g.mig_index is None:
+                        return g.display_id
+    if pid is not None:
+        found = [g.display_id for g in snapshot.gpus if any(p.pid == pid for p in g.processes)]
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+# -- one action -------------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class ModelAction:
+    """One model action: unload / reload / pin of one model, or a process's idle TTL."""
+
+    kind: str
+    pid: int
+    model: str | None = None  # model id (None for IDLE_TTL)
+    name: str = ""  # model name for texts
+    label: str = ""  # process label, "notebook.py (123)"
+    to: str = "cpu"
+    force: bool = False
+    reason: str = "manual"
+    pinned: bool | None = None
+    seconds: float | None = None  # IDLE_TTL: None = off
+    size: int | None = None  # model bytes (for texts while running)
+    display_id: str | None = None  # the model's GPU
+    baseline: int | None = None  # NVML bytes of the process on that GPU at the click
+    gpu_before: int | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+    started: float = field(default_factory=time.monotonic)
+    # Filled in as it runs.
+    result: ModelActionResult | None = None
+    ttl_result: dict | None = None
+    done_at: float | None = None
+    # Filled in by measure().
+    measured: bool = False
+    released: int | None = None  # NVML bytes released by the process on its GPU
+    gpu_released: int | None = None
+
+    @property
+    def key(self) -> tuple[int, str | None]:
+        return (self.pid, self.model)
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+    @property
+    def ok(self) -> bool:
+        if self.kind == IDLE_TTL:
+            return bool(self.ttl_result and self.ttl_result.get("ok", False))
+        return bool(self.result and self.result.ok)
+
+    @property
+    def error(self) -> str | None:
+        if not self.done or self.ok:
+            return None
+        if self.kind == IDLE_TTL:
+            return str((self.ttl_result or {}).get("error") or "failed")
+        r = self.result
+        return (r.error if r is not None else None) or "failed"
+
+    @property
+    def refused(self) -> bool:
+        r = self.result
+        return bool(self.done and r is not None and not r.ok and (
+            r.code == "refused" or (r.code is None and overridable(r.error))))
+
+    @property
+    def can_force(self) -> bool:
+        return self.kind == UNLOAD and not self.force and self.refused and overridable(self.error)
+
+    @property
+    def event(self) -> ModelEvent | None:
+        return self.result.event if self.result is not None else None
+
+    def measure(self, snapshot: Snapshot, now: float | None = None, settle_s: float = 0.5
+                ) -> bool:
+        """NVML now against the click: True once measured (first snapshot at least
+        ``settle_s`` after the action finished).  Unload and reload only."""
+        if self.kind not in (UNLOAD, RELOAD) or self.measured or self.done_at is None:
+            return self.measured
+        now = time.monotonic() if now is None else now
+        if now - self.done_at < settle_s:
+            return False
+        after = nvml_usage(snapshot, self.pid, self.display_id)
+        self.released = None if self.baseline is None or after is None else self.baseline - after
+        g_after = gpu_used(snapshot, self.display_id)
+        self.gpu_released = (None if self.gpu_before is None or g_after is None
+                             else self.gpu_before - g_after)
+        self.measured = True
+        return True
+
+    # -- texts ------------------------------------------------------------------------------
+    def who(self) -> str:
+        return self.name or self.model or "model"
+
+    def summary(self, with_process: bool = True) -> str:
+        """One line for the status bar / the detail view."""
+        prefix = f"{self.label}: " if with_process and self.label else ""
+        name = self.who()
+        if self.kind == IDLE_TTL:
+            what = ("unload idle models after " + _minutes(self.seconds)
+                    if self.seconds is not None else "idle unloading off")
+            if not self.done:
+                return f"{prefix}setting {what}…"
+            if not self.ok:
+                return f"{prefix}could not set idle unloading: {self.error}"
+            return f"{prefix}{what}"
+        if self.kind == PIN:
+            verb = "Pinning" if self.pinned else "Unpinning"
+            if not self.done:
+                return f"{prefix}{verb} {name}…"
+            if not self.ok:
+                return f"{prefix}{verb.lower()} {name} failed: {self.error}"
+            if self.pinned:
+                return f"{prefix}pinned {name} (never unloaded automatically)"
+            return f"{prefix}unpinned {name}"
+        if self.kind == UNLOAD:
+            to = target_text(self.to)
+            if not self.done:
+                return f"{prefix}unloading {name} to {to}…"
+            if not self.ok:
+                if self.refused:
+                    return f"{prefix}{name} not unloaded: {self.error}"
+                return f"{prefix}unloading {name} failed: {self.error}"
+            ev = self.event
+            parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}",
+                     f"allocator released {fmt_bytes(ev.bytes_released if ev else None)}",
+                     self._nvml_text()]
+            if ev is not None and ev.seconds is not None:
+                parts.append(_seconds(ev.seconds))
+            forced = " (forced)" if self.force else ""
+            return f"{prefix}unloaded {name} to {to}{forced}: " + ", ".join(parts)
+        # RELOAD
+        if not self.done:
+            return f"{prefix}reloading {name}…"
+        if not self.ok:
+            return f"{prefix}reloading {name} failed: {self.error}"
+        ev = self.event
+        parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}"]
+        if ev is not None and ev.seconds is not None:
+            parts.append(_seconds(ev.seconds))
+        if self.measured and self.released is not None:
+            parts.append(f"NVML shows {fmt_bytes(max(0, -self.released))} more in use")
+        return f"{prefix}reloaded {name}: " + ", ".join(parts)
+
+    def _nvml_text(self) -> str:
+        if not self.measured:
+            return "measuring with NVML…"
+        value = self.released
+        if value is None:
+            return "NVML release unknown"
+        if value <= 0:
+            return "NVML shows nothing released"
+        return f"NVML shows {fmt_bytes(value)} released"
+
+
+def _minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "off"
+    minutes = seconds / 60
+    return f"{minutes:g} min" if minutes < 120 or minutes % 60 else f"{minutes / 60:g} h"
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 0.1 else f"{s:.1f} s"
+
+
+def event_text(ev: ModelEvent, size: int | None = None) -> str:
+    """"Unloaded pipe.unet (1.6 GiB → CPU, 0.4 s, idle)" — the marker's hover text."""
+    if ev.action == "unload":
+        head = f"Unloaded {ev.name}" if ev.ok else f"Unload of {ev.name} failed"
+        moved = ev.bytes_moved if ev.bytes_moved is not None else size
+        inner = [f"{fmt_bytes(moved)} → {target_text(ev.target)}" if moved is not None
+                 else f"→ {target_text(ev.target)}"]
+    else:
+        head = f"Reloaded {ev.name}" if ev.ok else f"Reload of {ev.name} failed"
+        inner = [fmt_bytes(ev.bytes_moved)] if ev.bytes_moved is not None else []
+    if ev.seconds is not None:
+        inner.append(_seconds(ev.seconds))
+    inner.append(ev.reason)
+    text = f"{head} ({', '.join(inner)})"
+    if not ev.ok and ev.error:
+        text += f": {ev.error}"
+    return text
+
+
+# -- runner -------------------------------------------------------------------------------------
+
+class _Relay(QObject):
+    finished = Signal(object)  # ModelAction
+
+
+class _Job(QRunnable):
+    def __init__(self, action: ModelAction, directory: AgentDirectory | None, relay: _Relay,
+                 timeout_s: float) -> None:
+        super().__init__()
+        self.setAutoDelete(True)
+        self._action = action
+        self._directory = directory
+        self._relay = relay
+        self._timeout_s = timeout_s
+
+    def run(self) -> None:  # on a pool thread
+        a = self._action
+        d = self._directory
+        try:
+            if d is None:
+                raise RuntimeError("no agent connection")
+            if a.kind == IDLE_TTL:
+                res = d.set_idle_unload(a.pid, a.seconds)
+                a.ttl_result = dict(res) if isinstance(res, dict) else {
+                    "ok": False, "error": f"unexpected answer {res!r}"}
+            else:
+                if a.kind == UNLOAD:
+                    res = d.unload(a.pid, a.model, to=a.to, force=a.force, reason=a.reason,
+                                   timeout_s=self._timeout_s)
+                elif a.kind == RELOAD:
+                    res = d.reload(a.pid, a.model, timeout_s=self._timeout_s)
+                else:
+                    res = d.pin(a.pid, a.model, bool(a.pinned))
+                if not isinstance(res, ModelActionResult):
+                    raise TypeError(f"unexpected answer {res!r}")
+                a.result = res
+        except Exception as exc:  # shown, never raised
+            text = str(exc) or type(exc).__name__
+            if a.kind == IDLE_TTL:
+                a.ttl_result = {"ok": False, "error": text}
+            else:
+                a.result = ModelActionResult(a.pid, a.model or "", False, error=text)
+        finally:
+            self._relay.finished.emit(a)
+
+
+DirectoryLike = AgentDirectory | Callable[[], AgentDirectory | None] | None
+
+
+class ModelActionRunner(QObject):
+    """Runs model actions on a thread pool; signals arrive on the GUI thread."""
+
+    action_started = Signal(object)  # ModelAction
+    action_finished = Signal(object)  # ModelAction (result set, done_at set)
+
+    def __init__(self, directory: DirectoryLike, parent: QObject | None = None,
+                 timeout_s: float = 300.0, settle_s: float = 0.5) -> None:
+        super().__init__(parent)
+        self._directory = directory
+        self.timeout_s = timeout_s
+        self.settle_s = settle_s
+        self.pool = QThreadPool(self)
+        # Moves of different models may overlap (different processes); a pin or
+        # TTL change must not wait behind a multi-second unload.
+        self.pool.setMaxThreadCount(4)
+        self._running: dict[int, tuple[ModelAction, _Relay]] = {}
+
+    def directory(self) -> AgentDirectory | None:
+        d = self._directory
+        if d is None or isinstance(d, AgentDirectory):
+            return d
+        try:
+            return d()
+        except Exception:
+            log.exception("looking up the agent directory failed")
+            return None
+
+    def running(self) -> list[ModelAction]:
+        return [a for a, _ in self._running.values()]
+
+    def pending(self, pid: int, model: str | None) -> ModelAction | None:
+        for a, _ in self._running.values():
+            if a.pid == pid and a.model == model:
+                return a
+        return None
+
+    def busy_models(self) -> set[tuple[int, str | None]]:
+        return {a.key for a, _ in self._running.values()}
+
+    def submit(self, action: ModelAction) -> bool:
+        """Start ``action``; False (not started) while the same model/TTL is busy."""
+        if action.key in self.busy_models():
+            return False
+        relay = _Relay(self)
+        relay.finished.connect(self._on_finished, Qt.ConnectionType.QueuedConnection)
+        self._running[action.id] = (action, relay)
+        self.action_started.emit(action)
+        self.pool.start(_Job(action, self.directory(), relay, self.timeout_s))
+        return True
+
+    def wait(self, timeout_ms: int = 3000) -> bool:
+        return self.pool.waitForDone(timeout_ms)
+
+    @Slot(object)
+    def _on_finished(self, action: ModelAction) -> None:
+        action.done_at = time.monotonic()
+        entry = self._running.pop(action.id, None)
+        if entry is not None:
+            entry[1].deleteLater()
+        self.action_finished.emit(action)
+
+
+__all__ = ["IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "ModelAction", "ModelActionRunner",
+           "blocker_tooltip", "event_text", "fmt_idle", "force_consequences", "gpu_of_device",
+           "is_moving", "model_device", "overridable", "state_text"]

@@ -1,0 +1,115 @@
+"""Model manager on a real GPU: CUDA -> CPU offload frees VRAM (NVML per process)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pynvml = pytest.importorskip("pynvml")
+
+from app.agent import manager as mgr_mod  # noqa: E402
+from app.agent import models  # noqa: E402
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tracker = models.ModelTracker()
+    tracker.hooks = True
+    manager = mgr_mod.Manager(tracker)
+
+    def track(m):
+        tracker.add(m)
+        tracker.refresh(torch)
+        return tracker.model_id(m)
+
+    yield tracker, manager, track
+    tracker.remove_hooks()
+
+
+def nvml_used_by_me() -> int:
+    pynvml.nvmlInit()
+    try:
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if p.pid == os.getpid():
+                return int(p.usedGpuMemory or 0)
+        return 0
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def big_model(device="cuda:0", layers=8):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(layers)]).to(device).eval()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    return m
+
+
+def test_cuda_to_cpu_offload_frees_vram_and_reload_is_identical(env):
+    tracker, manager, track = env
+    model = big_model()
+    mid = track(model)
+    x = torch.randn(4, 4096, device="cuda:0")
+    ref = model(x).clone()
+    torch.cuda.synchronize()
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    time.sleep(0.5)
+    before = nvml_used_by_me()
+    ev = manager.handle_unload({"model": mid})
+    assert ev["target"] == "cpu" and ev["bytes_moved"] == nbytes
+    assert all(p.device.type == "cpu" and p.is_pinned() for p in model.parameters())
+    time.sleep(0.5)
+    after = nvml_used_by_me()
+    assert 0.8 * nbytes <= before - after <= 1.25 * nbytes, (before, after, nbytes)
+    assert ev["bytes_released"] >= 0.8 * nbytes
+    out = model(x)  # transparent reload
+    assert torch.equal(out, ref)
+    assert all(p.device == torch.device("cuda:0") for p in model.parameters())
+    ev = manager.recent_events()[-1]
+    assert ev["action"] == "reload" and ev["reason"] == "forward" and ev["ok"]
+
+
+def test_cuda_to_disk_and_back(env):
+    tracker, manager, track = env
+    model = big_model(layers=2)
+    mid = track(model)
+    x = torch.randn(4, 4096, device="cuda:0")
+    ref = model(x).clone()
+    assert manager.handle_unload({"model": mid, "to": "disk"})["ok"]
+    assert torch.equal(model(x), ref)
+
+
+def test_split_model_cpu_and_cuda(env):
+    tracker, manager, track = env
+
+    class Split(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(256, 256)
+            self.b = torch.nn.Linear(256, 256).to("cuda:0", torch.float16)
+
+        def forward(self, x):
+            return self.b(self.a(x).to("cuda:0", torch.float16)).float().cpu()
+
+    model = Split().eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    mid = track(model)
+    x = torch.randn(3, 256)
+    ref = model(x)
+    a_ptr = model.a.weight.data_ptr()
+    ev = manager.handle_unload({"model": mid, "to": "cpu"})
+    assert ev["bytes_moved"] == sum(p.numel() * p.element_size() for p in model.b.parameters())
+    assert model.a.weight.data_ptr() == a_ptr  # the CPU half stayed
+    assert torch.equal(model(x), ref)
+    assert model.b.weight.device.type == "cuda" and model.b.weight.dtype == torch.float16
+    assert manager.handle_unload({"model": mid, "to": "disk"})["ok"]
+    assert torch.equal(model(x), ref)

@@ -1,0 +1,163 @@
+"""The model manager's CLI: models, unload, reload, pin, policy (demo and a fake agent)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+from app import cli
+from tests.fakes.fake_agent import FakeAgent
+
+NB, TRAIN, EVAL = 18822, 20417, 31002  # the demo's notebook, training job, eval job
+MODEL_KEYS = {"pid", "id", "name", "class", "group", "state", "offloaded_to", "pinned", "device",
+              "home_device", "dtype", "training", "requires_grad", "params", "param_bytes",
+              "buffer_bytes", "bytes", "last_used", "idle_s", "blocker", "idle_unload_s",
+              "command"}
+ACTION_KEYS = {"pid", "model", "ok", "error", "code", "pinned", "state", "target", "bytes_moved",
+               "bytes_released", "seconds"}
+
+needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
+
+
+@pytest.fixture(autouse=True)
+def runtime(monkeypatch):
+    path = tempfile.mkdtemp(prefix="vsrt-")
+    monkeypatch.setenv("VRAM_STEWARD_RUNTIME_DIR", path)
+    yield path
+    subprocess.run(["rm", "-rf", path], check=False)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ------------------------------------------------------------------ demo
+
+
+def test_models_demo_shows_the_pressure_policys_work(capsys):
+    rc, out, _ = run_cli(capsys, "models", "--demo", "--json")
+    assert rc == 0
+    records = json.loads(out)
+    assert records and all(set(r) == MODEL_KEYS for r in records)
+    by_name = {r["name"]: r for r in records}
+    # replayed 40 s: GPU 0 crossed 90 % at ~33 s and the policy unloaded these
+    assert by_name["pipe.unet"]["state"] == "offloaded"
+    assert by_name["pipe.unet"]["offloaded_to"] == "cpu"
+    assert by_name["pipe.unet"]["home_device"] == "cuda:0" and by_name["pipe.unet"]["device"] == "cpu"
+    assert by_name["pipe.text_encoder"]["state"] == "offloaded"
+    assert by_name["pipe.vae"]["state"] == "resident"
+    assert by_name["pipe.vae"]["idle_s"] > 2 * 3600
+    assert by_name["model"]["blocker"] == "training mode" and by_name["model"]["training"]
+    assert by_name["bert-base-uncased"]["idle_s"] < 1
+    assert by_name["pipe.unet"]["bytes"] == 859_520_964 * 2
+    rc, out, _ = run_cli(capsys, "--demo", "models")
+    assert rc == 0
+    assert "offloaded (cpu)" in out and "training mode" in out and "2h1" in out
+    assert "UNet2DConditionModel" in out
+
+
+def test_unload_reload_demo_and_exit_codes(capsys):
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(NB), "--model", f"{NB}:2",
+                         "--to", "disk", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert set(data) == ACTION_KEYS
+    assert data["ok"] and data["state"] == "offloaded" and data["target"] == "disk"
+    assert data["bytes_moved"] == 83_653_863 * 2 and data["seconds"] > 0.05
+    rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", f"{NB}:0")
+    assert rc == 0 and out.startswith(f"{NB} pipe.unet: resident again (from cpu): moved 1.6 GiB")
+    # refused: exit 1, the agent's reason kept
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", f"{TRAIN}:0",
+                         "--json")
+    data = json.loads(out)
+    assert rc == 1 and data["code"] == "refused" and "training mode" in data["error"]
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", f"{TRAIN}:0",
+                         "--force")
+    assert rc == 0 and "offloaded to cpu" in out
+    rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", f"{NB}:2")
+    assert rc == 1 and "refused" in out  # resident: nothing to reload
+    # no such model / agent: exit 2
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(NB), "--model", "nope")
+    assert rc == 2 and "not_found" in out
+    rc, out, err = run_cli(capsys, "reload", "--demo", "--pid", "1843", "--model", "x", "--json")
+    assert rc == 2 and json.loads(out)["code"] == "not_found" and "no agent" in err
+
+
+def test_pin_and_policy_demo(capsys):
+    rc, out, _ = run_cli(capsys, "pin", "--demo", "--pid", str(NB), "--model", f"{NB}:2")
+    assert rc == 0 and "pinned" in out
+    rc, out, _ = run_cli(capsys, "pin", "--demo", "--pid", str(NB), "--model", f"{NB}:2", "--off",
+                         "--json")
+    assert rc == 0 and json.loads(out)["pinned"] is False
+    rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(EVAL), "--idle-unload", "600")
+    assert rc == 0 and "600 s" in out
+    rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(EVAL), "--idle-unload", "off",
+                         "--json")
+    assert rc == 0 and json.loads(out) == {"pid": EVAL, "ok": True, "idle_unload_s": None,
+                                           "error": None, "code": None}
+    with pytest.raises(SystemExit):
+        cli.main(["policy", "--demo", "--pid", str(EVAL), "--idle-unload", "soon"])
+    assert run_cli(capsys, "policy", "--demo", "--pid", "1", "--idle-unload", "5")[0] == 2
+
+
+# ------------------------------------------------------------------ a fake agent
+
+
+@pytest.fixture
+def fake(runtime):
+    agent = FakeAgent(sock_dir=runtime).with_models()
+    agent.register(runtime)
+    yield agent
+    agent.close()
+
+
+@needs_unix
+def test_models_of_a_real_agent(capsys, fake):
+    rc, out, _ = run_cli(capsys, "models", "--json")
+    assert rc == 0
+    records = json.loads(out)
+    assert [(r["pid"], r["id"], r["state"]) for r in records] == [
+        (fake.pid, "m1", "resident"), (fake.pid, "m2", "resident")]
+    assert 590 < records[1]["idle_s"] < 700 and records[1]["blocker"] is None
+    rc, out, _ = run_cli(capsys, "models")
+    assert rc == 0 and "head" in out and "10m" in out
+
+
+@needs_unix
+def test_unload_reload_pin_policy_of_a_real_agent(capsys, fake):
+    pid = str(fake.pid)
+    rc, out, _ = run_cli(capsys, "unload", "--pid", pid, "--model", "m2", "--to", "disk", "--json")
+    assert rc == 0 and json.loads(out)["state"] == "offloaded"
+    assert fake.requests[-1] == ("unload", {"model": "m2", "to": "disk", "force": False})
+    rc, out, _ = run_cli(capsys, "models", "--json")
+    assert {r["id"]: r["state"] for r in json.loads(out)} == {"m1": "resident", "m2": "offloaded"}
+    rc, out, _ = run_cli(capsys, "reload", "--pid", pid, "--model", "m2")
+    assert rc == 0 and "resident again (from disk)" in out
+    rc, out, _ = run_cli(capsys, "unload", "--pid", pid, "--model", "m1")
+    assert rc == 1 and "refused" in out and "training mode" in out
+    rc, out, _ = run_cli(capsys, "unload", "--pid", pid, "--model", "m1", "--force", "--json")
+    assert rc == 0 and json.loads(out)["ok"]
+    rc, out, _ = run_cli(capsys, "reload", "--pid", pid, "--model", "zz", "--json")
+    assert rc == 2 and json.loads(out)["code"] == "not_found"
+    assert run_cli(capsys, "pin", "--pid", pid, "--model", "m2")[0] == 0
+    assert fake.models[1]["pinned"] is True
+    rc, out, _ = run_cli(capsys, "policy", "--pid", pid, "--idle-unload", "300", "--json")
+    assert rc == 0 and json.loads(out)["idle_unload_s"] == 300 and fake.idle_unload_s == 300
+    assert run_cli(capsys, "unload", "--pid", "1", "--model", "m2")[0] == 2
+    # without --to the agent chooses (cpu for a GPU model, disk for a CPU one)
+    assert run_cli(capsys, "unload", "--pid", pid, "--model", "m2")[0] == 0  # pinned: by hand ok
+    assert fake.requests[-1] == ("unload", {"model": "m2", "force": False})
+
+
+@needs_unix
+def test_a_hung_agent_fails_with_exit_1(capsys, fake):
+    fake.hang = True
+    rc, out, _ = run_cli(capsys, "unload", "--pid", str(fake.pid), "--model", "m2",
+                         "--timeout", "0.3", "--json")
+    assert rc == 1 and json.loads(out)["code"] == "timeout"
