@@ -6,7 +6,7 @@ hooks  the time the agent's two per-root hooks (pre-hook + always-called
        forward hook: in-flight count, last-used time) add to one forward call
        of a small model: median over interleaved rounds of many calls, model
        with the hooks vs the same model without.  Target <= 5 us.
-disk   a ~512 MiB CPU model unloaded to disk (one file, fsync'd) and reloaded
+disk   a ~512 MiB CPU model unloaded to disk (one file per storage, written through the page cache) and reloaded
        (memory-mapped: the first forward after it pages the file in), GB/s,
        next to this machine's page-cache read speed (a file of the same size
        read twice, the second read timed).
@@ -135,7 +135,7 @@ def bench_disk(torch, mib: int) -> None:
         t = time.perf_counter()
         model(x)  # pages the memory-mapped weights in
         t_first = time.perf_counter() - t
-        print("disk: run %d: unload %.2f GB/s (%.3f s, fsync included); reload (map) %.4f s; "
+        print("disk: run %d: unload %.2f GB/s (%.3f s); reload (map) %.4f s; "
               "first forward after it %.3f s -> reload+first forward %.2f GB/s"
               % (i + 1, nbytes / ev["seconds"] / 1e9, ev["seconds"], t_reload, t_first,
                  nbytes / (t_reload + t_first) / 1e9))

@@ -23,10 +23,11 @@ Unload (``unload {model, to, force, reason}``)
     (a) copy: one copy per storage (tied / shared tensors and views of one
     storage stay shared after reload); cpu target -> pinned host buffer
     (plain memory where pinning fails) filled with ``copy_(non_blocking=True)``
-    and the devices synchronised; disk target -> one file
-    ``$XDG_CACHE_HOME/vram-steward/offload/<pid>-<model>.bin`` (dir 0700, file
-    0600), mapped with ``UntypedStorage.from_file(shared=True)``, storages at
-    64-byte aligned offsets, fsync'd.  (b) swap: each Parameter / buffer /
+    and the devices synchronised; disk target -> one file per storage
+    ``$XDG_CACHE_HOME/vram-steward/offload/<pid>-<model>-<n>.bin`` (dir 0700,
+    files 0600), written through ``UntypedStorage.from_file(shared=True)``
+    into the page cache (no fsync: the bytes must outlive the process's use of
+    them, not a crash of the machine).  (b) swap: each Parameter / buffer /
     gradient gets ``.data`` = its copy (Parameter identity is kept, so
     optimizers and user references stay valid); disk: a view of a private
     (copy-on-write) mapping of the file, so nothing is resident until read and
@@ -79,7 +80,6 @@ from .server import ActionError, BadParams
 
 FORWARD_WAIT_S = 5.0
 EVENTS_KEPT = 64
-ALIGN = 64
 REASONS = ("manual", "pressure")
 AUTOMATIC = ("idle", "pressure")
 REFERRER_LIMIT = 256

@@ -328,10 +328,14 @@ class ModelTracker:
         _log.log("one-time module scan: %d objects, %.3f s"
                  % (self.scanned_objects, self.scan_seconds))
 
-    def refresh(self, torch: Any) -> bool:
-        """Recompute roots if dirty; True when the set of roots changed."""
-        if self.scan_needed or (not self.hooks
-                                and time.monotonic() - self._last_scan > RESCAN_NO_HOOKS_S):
+    def refresh(self, torch: Any, allow_scan: bool = True) -> bool:
+        """Recompute roots if dirty; True when the set of roots changed.
+
+        ``allow_scan=False`` defers the heap scan (the agent's background tick
+        does so right after start, so the scan does not compete for the GIL
+        with the host while start() returns); a report always allows it."""
+        if allow_scan and (self.scan_needed or (
+                not self.hooks and time.monotonic() - self._last_scan > RESCAN_NO_HOOKS_S)):
             self.scan(torch)  # without registration hooks (old torch): rescan, rate-limited
         if not self.dirty:
             return False

@@ -29,6 +29,11 @@ _agent: "Agent | None" = None
 _atexit_registered = False
 
 
+#: The background tick leaves the one-time heap scan (tens of ms holding the
+#: GIL on a big heap) until the host has moved on from starting the agent.
+SCAN_DELAY_S = 2.0
+
+
 def multiprocessing_child() -> bool:
     """True in a multiprocessing spawn/forkserver child or helper process."""
     argv = getattr(sys, "orig_argv", None) or ([sys.executable] + list(sys.argv))
@@ -178,7 +183,7 @@ class Agent:
             # creation, not only once somebody asks for a report.
             before = self.tracker._root_ids
             try:
-                self.tracker.refresh(torch)
+                self.tracker.refresh(torch, allow_scan=time.time() - self.started_at > SCAN_DELAY_S)
             except Exception:
                 _log.log_exc("model refresh failed")
             server = self.server
