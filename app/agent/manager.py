@@ -650,7 +650,6 @@ class Manager:
         rec.target, rec.groups, rec.moving, rec.reason = to, groups, moving, reason
         rec.home = _home(groups)
         swaps: list = []
-        ok = False
         try:
             self._install_sub_hooks(torch, module, g)
             reserved_before = {i: _reserved(torch, i) for i in cuda_idx}
@@ -701,7 +700,6 @@ class Manager:
                     old = v.tensor.data
                     v.tensor.data = new
                     swaps.append((v.tensor, old))
-            ok = True
         except BaseException as exc:
             for t, old in reversed(swaps):
                 try:

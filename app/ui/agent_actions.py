@@ -265,6 +265,17 @@ def _error_text(exc: BaseException) -> str:
 DirectoryLike = AgentDirectory | Callable[[], AgentDirectory | None] | None
 
 
+def resolve_directory(directory: DirectoryLike) -> AgentDirectory | None:
+    """The directory itself, or what a getter returns now (the source can change)."""
+    if directory is None or isinstance(directory, AgentDirectory):
+        return directory
+    try:
+        return directory()
+    except Exception:
+        log.exception("looking up the agent directory failed")
+        return None
+
+
 class AgentActionRunner(QObject):
     """Runs agent actions on a thread pool; every signal arrives on the GUI thread.
 
@@ -288,14 +299,7 @@ class AgentActionRunner(QObject):
         self._running: dict[int, tuple[AgentAction, _Relay]] = {}
 
     def directory(self) -> AgentDirectory | None:
-        d = self._directory
-        if d is None or isinstance(d, AgentDirectory):
-            return d
-        try:
-            return d()
-        except Exception:
-            log.exception("looking up the agent directory failed")
-            return None
+        return resolve_directory(self._directory)
 
     def busy_pids(self) -> set[int]:
         return {pid for action, _ in self._running.values() for pid in action.pids}

@@ -7,7 +7,7 @@ created only when more are needed than ever before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from PySide6.QtCore import (
     QAbstractTableModel,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
@@ -24,7 +23,7 @@ from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
 from app.core.agent_types import AgentReport, ModelActionResult, ModelEvent, ModelInfo
 from app.core.agents import AgentDirectory
 from app.core.samples import Snapshot
-from app.ui.agent_actions import gpu_used, nvml_usage
+from app.ui.agent_actions import DirectoryLike, gpu_used, nvml_usage, resolve_directory
 from app.ui.format import NA, fmt_bytes
 
 log = logging.getLogger(__name__)
@@ -428,7 +427,6 @@ class _Job(QRunnable):
             self._relay.finished.emit(a)
 
 
-DirectoryLike = AgentDirectory | Callable[[], AgentDirectory | None] | None
 
 
 class ModelActionRunner(QObject):
@@ -450,14 +448,7 @@ class ModelActionRunner(QObject):
         self._running: dict[int, tuple[ModelAction, _Relay]] = {}
 
     def directory(self) -> AgentDirectory | None:
-        d = self._directory
-        if d is None or isinstance(d, AgentDirectory):
-            return d
-        try:
-            return d()
-        except Exception:
-            log.exception("looking up the agent directory failed")
-            return None
+        return resolve_directory(self._directory)
 
     def running(self) -> list[ModelAction]:
         return [a for a, _ in self._running.values()]

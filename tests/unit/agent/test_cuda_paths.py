@@ -18,7 +18,6 @@ import contextlib
 import gc
 import os
 import shutil
-import socket
 import threading
 import time
 import types

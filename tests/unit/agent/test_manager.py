@@ -23,7 +23,6 @@ import pytest
 import torch
 from torch import nn
 
-from app.agent import guard as _guard
 from app.agent import manager as mgr_mod
 from app.agent import models, protocol
 from app.agent.server import ActionError

@@ -4,7 +4,6 @@ pipeline goes)."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import pytest
