@@ -199,20 +199,15 @@ class Server:
     def close_fds_after_fork(self) -> None:
         """In a forked child: close the inherited fds (never unlink the socket file)."""
         self._stopping = True
-        socks = [c.sock for c in self._conns.values()]
-        socks += [self._listener, self._wake_r, self._wake_w]
-        for s in socks:
-            try:
-                if s is not None:
-                    s.close()
-            except Exception:
-                pass
-        try:
-            if self._sel is not None:
-                self._sel.close()
-        except Exception:
-            pass
+        for c in self._conns.values():
+            _close_quietly(c.sock)
+        self._close_own_sockets()
         self._conns = {}
+
+    def _close_own_sockets(self) -> None:
+        """The listener, the wake pair and the selector (not client connections)."""
+        for sock in (self._listener, self._wake_r, self._wake_w, self._sel):
+            _close_quietly(sock)
 
     # -- any thread --------------------------------------------------------
     def _wake(self) -> None:
@@ -247,17 +242,7 @@ class Server:
     def _cleanup(self) -> None:
         for conn in list(self._conns.values()):
             self._close(conn, None)
-        for s in (self._listener, self._wake_r, self._wake_w):
-            try:
-                if s is not None:
-                    s.close()
-            except Exception:
-                pass
-        try:
-            if self._sel is not None:
-                self._sel.close()
-        except Exception:
-            pass
+        self._close_own_sockets()
         if self.path and os.getpid() == self.owner_pid:
             try:
                 os.unlink(self.path)
@@ -558,3 +543,11 @@ def _compare_digest(a: str, b: str) -> bool:
     import hmac
 
     return hmac.compare_digest(a, b)
+
+
+def _close_quietly(closable: Any) -> None:
+    try:
+        if closable is not None:
+            closable.close()
+    except Exception:
+        pass

@@ -72,11 +72,26 @@ class _GpuState:
 
 
 @dataclass(slots=True)
+class _Count:
+    """A count that only matters when it rises (OOMs, allocation retries)."""
+
+    value: int | None = None
+    last_alert: float | None = None
+
+    def rose_and_due(self, value: int | None, now: float, interval: float) -> bool:
+        """Record ``value``; True when it rose and no alert was given within ``interval``.
+        The first value seen is a baseline, not news."""
+        if value is None:
+            return False
+        rose = self.value is not None and value > self.value
+        self.value = value
+        return rose and (self.last_alert is None or now - self.last_alert >= interval)
+
+
+@dataclass(slots=True)
 class _ProcessState:
-    ooms: int | None = None
-    retries: int | None = None
-    last_oom_alert: float | None = None
-    last_retry_alert: float | None = None
+    ooms: _Count = field(default_factory=_Count)
+    retries: _Count = field(default_factory=_Count)
 
 
 @dataclass
@@ -156,27 +171,21 @@ class AlertPolicy:
                 ooms = max(ooms or 0, report.oom_events)
             retries = _total(d.num_alloc_retries for d in report.devices)
             name, display_id = names.get(pid, (f"pid {pid}", None))
-            if ooms is not None:
-                rose = state.ooms is not None and ooms > state.ooms
-                state.ooms = ooms
-                if rose and cfg.oom_alerts and not quiet and _due(state.last_oom_alert, now,
-                                                                  cfg.min_interval_s):
-                    state.last_oom_alert = now
-                    alerts.append(Alert(
-                        "oom", display_id, f"{name} ran out of GPU memory",
-                        f"{name} ({pid}) hit CUDA out of memory ({ooms} so far).",
-                        pid=pid, count=ooms, time=now))
-            if retries is not None:
-                rose = state.retries is not None and retries > state.retries
-                state.retries = retries
-                if rose and cfg.retry_alerts and not quiet and _due(state.last_retry_alert, now,
-                                                                    cfg.min_interval_s):
-                    state.last_retry_alert = now
-                    alerts.append(Alert(
-                        "alloc_retries", display_id, f"{name} is short of GPU memory",
-                        f"{name} ({pid}): the caching allocator had to free its cache and retry "
-                        f"({retries} retries so far); an OOM may follow.",
-                        pid=pid, count=retries, time=now))
+            if (state.ooms.rose_and_due(ooms, now, cfg.min_interval_s)
+                    and cfg.oom_alerts and not quiet):
+                state.ooms.last_alert = now
+                alerts.append(Alert(
+                    "oom", display_id, f"{name} ran out of GPU memory",
+                    f"{name} ({pid}) hit CUDA out of memory ({ooms} so far).",
+                    pid=pid, count=ooms, time=now))
+            if (state.retries.rose_and_due(retries, now, cfg.min_interval_s)
+                    and cfg.retry_alerts and not quiet):
+                state.retries.last_alert = now
+                alerts.append(Alert(
+                    "alloc_retries", display_id, f"{name} is short of GPU memory",
+                    f"{name} ({pid}): the caching allocator had to free its cache and retry "
+                    f"({retries} retries so far); an OOM may follow.",
+                    pid=pid, count=retries, time=now))
         for key in [k for k in self._procs if k not in seen]:
             del self._procs[key]  # the process left: forget it
         return alerts
@@ -199,10 +208,6 @@ def _freeable(gpu: GpuSample, agents: Any) -> int | None:
 def _total(values: Any) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
-
-
-def _due(last: float | None, now: float, interval: float) -> bool:
-    return last is None or now - last >= interval
 
 
 def _gib(value: int | None) -> str:

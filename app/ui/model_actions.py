@@ -23,7 +23,8 @@ from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
 from app.core.agent_types import AgentReport, ModelActionResult, ModelEvent, ModelInfo
 from app.core.agents import AgentDirectory
 from app.core.samples import Snapshot
-from app.ui.agent_actions import DirectoryLike, gpu_used, nvml_usage, resolve_directory
+from app.ui.agent_actions import (DirectoryLike, _error_text, gpu_used, nvml_usage,
+                                  resolve_directory)
 from app.ui.format import NA, fmt_bytes
 
 log = logging.getLogger(__name__)
@@ -418,7 +419,7 @@ class _Job(QRunnable):
                     raise TypeError(f"unexpected answer {res!r}")
                 a.result = res
         except Exception as exc:  # shown, never raised
-            text = str(exc) or type(exc).__name__
+            text = _error_text(exc)
             if a.kind == IDLE_TTL:
                 a.ttl_result = {"ok": False, "error": text}
             else:
