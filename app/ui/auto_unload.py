@@ -52,6 +52,7 @@ class AutoUnloadForm(QWidget):
         self.enabled_box.setObjectName("autoUnloadEnabled")
         lay.addWidget(self.enabled_box)
         form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         form.setContentsMargins(22, 0, 0, 0)
         form.setHorizontalSpacing(10)
         form.setVerticalSpacing(6)
