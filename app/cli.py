@@ -563,7 +563,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
     from app.ui.application import run_gui
 
     return run_gui(demo=args.demo, period_s=args.period, screenshot=args.screenshot,
-                   after_s=args.after, seed=args.seed)
+                   after_s=args.after, seed=args.seed, minimised=args.minimised,
+                   theme=args.theme)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -581,8 +582,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--demo", action="store_true",
                         help="simulated GPUs and processes instead of NVML")
     parser.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)
-    parser.add_argument("--period", type=float, default=0.25, metavar="SECONDS",
-                        help="sample period, 0.1 to 10 s (default 0.25)")
+    parser.add_argument("--period", type=float, default=None, metavar="SECONDS",
+                        help="sample period, 0.1 to 10 s (default: the setting, 0.25)")
+    parser.add_argument("--minimised", "--minimized", action="store_true",
+                        help="start in the tray (minimised where there is no tray); "
+                             "what start at login uses")
+    parser.add_argument("--theme", choices=("system", "light", "dark"), default=None,
+                        help="theme for this run (default: the setting)")
     parser.add_argument("--screenshot", metavar="FILE",
                         help="render the window offscreen to a PNG and exit")
     parser.add_argument("--after", type=float, default=2.0, metavar="SECONDS",
@@ -693,7 +699,7 @@ def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
-        if not 0.1 <= args.period <= 10.0:
+        if args.period is not None and not 0.1 <= args.period <= 10.0:
             parser.error("--period must be between 0.1 and 10 seconds")
         return cmd_gui(args)
     return args.func(args)

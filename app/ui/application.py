@@ -41,8 +41,12 @@ def _source_factory(demo: bool, seed: int):  # type: ignore[no-untyped-def]
     return NvmlSource
 
 
-def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None = None,
-            after_s: float = 2.0, seed: int = 7) -> int:
+def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str | None = None,
+            after_s: float = 2.0, seed: int = 7, minimised: bool = False,
+            theme: str | None = None) -> int:
+    """The app.  ``period_s`` and ``theme`` override the saved settings for this run
+    only; ``screenshot`` renders offscreen, reads the settings but never writes them,
+    and runs beside an open instance instead of raising it."""
     started = time.perf_counter()
     if screenshot:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -53,6 +57,8 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     from app.ui.auto_unload import PolicyDriver
     from app.ui.main_window import MainWindow
     from app.ui.sampler import Sampler, clamp_period
+    from app.ui.settings_store import SettingsStore
+    from app.ui.theme import ThemeManager
 
     from app.ui.qt_compat import guard_singleton_refcounts
 
@@ -64,9 +70,25 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     qt_app.setDesktopFileName("vram-steward")
     qt_app.setWindowIcon(app_icon())
 
-    period_s = clamp_period(period_s)
-    history = History(HistoryConfig(period_s=period_s))
-    window = MainWindow(history)
+    instance = None
+    if not screenshot:
+        from app.ui.single_instance import SingleInstance
+
+        instance = SingleInstance(qt_app)
+        if not instance.claim(argv=sys.argv[1:]):
+            answered = instance.reply is not None and instance.reply.ok
+            print(f"{APP_NAME} is already running; "
+                  + ("its window was raised." if answered
+                     else "it will show its window once it has started."))
+            return 0
+
+    store = SettingsStore()
+    settings = store.load()
+    themes = ThemeManager(qt_app)
+    themes.apply(theme or settings.theme)
+    period_s = clamp_period(period_s if period_s is not None else settings.sample_period_s)
+    history = History(HistoryConfig(period_s=period_s, fine_span_s=settings.history_s))
+    window = MainWindow(history, settings=settings)
     sampler = Sampler(_source_factory(demo, seed), period_s)
     sampler.snapshot_ready.connect(window.on_snapshot)
     window.demo_requested.connect(lambda: sampler.switch_source(_source_factory(True, seed)))
@@ -88,9 +110,14 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
     if screenshot:
         rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
     else:
-        window.show()
+        shell = _desktop_shell(qt_app, window, sampler, store, themes)
+        if instance is not None:
+            instance.raise_requested.connect(lambda _argv: shell.show_window())
         sampler.start()
+        shell.start(minimised=minimised)
         rc = qt_app.exec()
+        if instance is not None:
+            instance.close()
     runner.wait(2000)
     if window.model_runner is not None:
         window.model_runner.wait(2000)
@@ -101,6 +128,24 @@ def run_gui(demo: bool = False, period_s: float = 0.25, screenshot: str | None =
         sys.stderr.flush()
         os._exit(rc)
     return rc
+
+
+def _desktop_shell(qt_app, window, sampler, store, themes):  # type: ignore[no-untyped-def]
+    from app.core.autostart import autostart_for_platform
+    from app.ui.desktop import DesktopShell
+
+    dbus = None
+    try:
+        from app.ui.dbus_notify import DbusNotifier
+
+        dbus = DbusNotifier(qt_app)
+    except ImportError:  # a Qt build without QtDBus (Windows, macOS wheels)
+        dbus = None
+    shell = DesktopShell(qt_app, window, sampler, store, themes, dbus, autostart_for_platform())
+    sampler.snapshot_ready.connect(shell.on_snapshot)
+    # The window's own Auto-unload control edits the same settings: keep them saved.
+    window.auto_unload.settings_changed.connect(lambda _s: shell.save())
+    return shell
 
 
 def _screenshot(qt_app, window, sampler, path: Path, after_s: float,  # type: ignore[no-untyped-def]

@@ -54,6 +54,7 @@ from app.ui.settings import AutoUnloadSettings, UiSettings
 from app.ui.format import fmt_bytes, fmt_fraction, fmt_gib
 from app.ui.gpu_panel import GpuPanel
 from app.ui.no_driver import NoDriverView
+from app.ui.notifier import AlertBanner
 from app.ui.process_table import ProcessTable
 
 APP_TITLE = "VRAM Steward"
@@ -71,6 +72,7 @@ TWO_COLUMNS_FROM = 1700  # px of window width
 class MainWindow(QMainWindow):
     demo_requested = Signal()
     retry_requested = Signal()
+    settings_requested = Signal()
 
     def __init__(self, history: History, span_s: float = 600.0, parent: QWidget | None = None,
                  settings: UiSettings | None = None) -> None:
@@ -115,8 +117,18 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(APP_TITLE)
         self.resize(1280, 860)
 
-        self.stack = QStackedWidget(self)
-        self.setCentralWidget(self.stack)
+        central = QWidget(self)
+        central_lay = QVBoxLayout(central)
+        central_lay.setContentsMargins(0, 0, 0, 0)
+        central_lay.setSpacing(0)
+        # Banners: alerts when no tray or notification server takes them, one-time hints.
+        self.alert_banner = AlertBanner(central)
+        self.hint_banner = AlertBanner(central)
+        central_lay.addWidget(self.alert_banner)
+        central_lay.addWidget(self.hint_banner)
+        self.stack = QStackedWidget(central)
+        central_lay.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
 
         # -- monitor page -------------------------------------------------------------
         self.monitor_page = QWidget(self.stack)
@@ -151,6 +163,11 @@ class MainWindow(QMainWindow):
         top.addSpacing(8)
         top.addWidget(range_label)
         top.addWidget(self.span_combo)
+        self.settings_button = QPushButton("Settings…", self.monitor_page)
+        self.settings_button.setObjectName("settingsButton")
+        self.settings_button.setToolTip("Sampling, alerts, theme, start-up and auto-unload")
+        self.settings_button.clicked.connect(self.settings_requested)
+        top.addWidget(self.settings_button)
         page.addLayout(top)
 
         self.splitter = QSplitter(Qt.Orientation.Vertical, self.monitor_page)
@@ -418,6 +435,34 @@ class MainWindow(QMainWindow):
                                   display_id=display_id)
         self.runner.submit(action)
         return action
+
+    def free_every_cache(self) -> AgentAction | None:
+        """Empty the cache of every process with an agent, on every GPU ("Free all caches")."""
+        snapshot = self._latest
+        if self.runner is None or snapshot is None or not snapshot.agents:
+            return None
+        busy = self.runner.busy_pids()
+        pids = sorted(pid for pid in snapshot.agents if pid not in busy)
+        if not pids:
+            return None
+        action = AgentAction.free(pids, snapshot, {p: self._process_label(p) for p in pids})
+        self.runner.submit(action)
+        return action
+
+    def unload_idle_models(self) -> list[ModelAction]:
+        """Unload, now, every model the auto-unload rules call idle (whatever the GPU's
+        level): models idle at least the policy's minimum, not pinned, not training."""
+        actions: list[ModelAction] = []
+        for pid, model, name, device, size in idle_models(self._latest,
+                                                           self.settings.auto_unload):
+            action = self.unload_model(pid, model, reason="idle (from the tray)", name=name,
+                                       device=device, size=size)
+            if action is not None:
+                actions.append(action)
+        return actions
+
+    def add_activity(self, entry: ActivityEntry) -> None:
+        self._add_activity(entry)
 
     def run_gc(self, pid: int) -> AgentAction | None:
         if self.runner is None or pid in self.runner.busy_pids():
@@ -969,6 +1014,26 @@ class MainWindow(QMainWindow):
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1280, 860)
+
+
+def idle_models(snapshot: Snapshot | None, settings: AutoUnloadSettings
+                ) -> list[tuple[int, str, str, str, int]]:
+    """(pid, model id, name, device, bytes) of every model the auto-unload rules would
+    unload now from any GPU, whatever the GPU's level."""
+    if snapshot is None or not snapshot.agents:
+        return []
+    from app.core.pressure_policy import PressurePolicy, PressurePolicyConfig
+
+    policy = PressurePolicy(PressurePolicyConfig(min_idle_s=settings.min_idle_s))
+    out: list[tuple[int, str, str, str, int]] = []
+    seen: set[tuple[int, str]] = set()
+    for gpu in snapshot.gpus:
+        eligible, _skipped = policy.candidates(snapshot, gpu)
+        for a in eligible:
+            if (a.pid, a.model) not in seen:
+                seen.add((a.pid, a.model))
+                out.append((a.pid, a.model, a.name, a.device, a.bytes))
+    return out
 
 
 def _panel_text(action: AgentAction) -> str:

@@ -135,6 +135,7 @@ def test_screenshot_writes_a_png_without_a_display(tmp_path, extra):
     png = tmp_path / "window.png"
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env.pop("QT_QPA_PLATFORM", None)  # --screenshot must choose offscreen itself
+    env["VRAM_STEWARD_SETTINGS"] = str(tmp_path / "settings.ini")  # not the user's own
     done = subprocess.run([sys.executable, "main.py", *extra, "--screenshot", str(png),
                            "--after", "0.8"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)

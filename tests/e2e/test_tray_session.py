@@ -1,0 +1,87 @@
+"""The real app on a real X server and session bus, seen from the desktop's side.
+
+A fake notification server and a fake tray host (StatusNotifierWatcher) speak
+D-Bus to the unmodified app: the app starts with no tray, alerts over D-Bus,
+notices the tray host when it appears, registers its icon, and its menu's Quit
+ends it.  Needs Xvfb, dbus-run-session and Qt's xcb plugin (libxcb-cursor0);
+skipped with the reason when the machine lacks one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "tests" / "e2e" / "tray_session_scenario.py"
+
+pytest.importorskip("jeepney")
+for tool in ("Xvfb", "dbus-run-session"):
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed (Debian: xvfb, dbus)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def display():
+    read, write = os.pipe()
+    server = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x1024x24",
+                               "-nolisten", "tcp"], pass_fds=(write,),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        number = pipe.readline().strip()
+    if not number:
+        server.kill()
+        pytest.skip("Xvfb did not start")
+    probe = subprocess.run(
+        [sys.executable, "-c", "from PySide6.QtWidgets import QApplication; QApplication([])"],
+        env=dict(os.environ, DISPLAY=f":{number}", QT_QPA_PLATFORM="xcb"),
+        capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        server.kill()
+        pytest.skip("Qt's xcb plugin does not load (Debian: libxcb-cursor0): "
+                    + probe.stderr.strip().splitlines()[-1][:200])
+    yield f":{number}"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def test_alert_tray_that_appears_later_and_quit_from_its_menu(display, tmp_path):
+    env = dict(os.environ, DISPLAY=display)
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    done = subprocess.run(["dbus-run-session", "--", sys.executable, str(SCENARIO),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    # One alert, over D-Bus, in the exact wire format desktops accept.
+    assert result["notified"], result["stderr_tail"]
+    n = result["notification"]
+    assert n["signature"] == "susssasa{sv}i"
+    assert n["app_name"] == "VRAM Steward"
+    assert n["summary"].startswith("GPU 0 at ")
+    assert "train.py (20417)" in n["body"] and "Free cache could release" in n["body"]
+    assert n["actions"][:2] == ["free", "Free caches"]
+    assert n["hints"]["desktop-entry"] == ["s", "vram-steward"]
+
+    # The tray host appeared after start-up; the app found it within its 5 s poll.
+    assert result["tray_after_s"] is not None and result["tray_after_s"] <= 12
+    title = result["tooltip"][0]
+    assert title.startswith("VRAM Steward\nGPU 0 · RTX 4090 (demo) · ")
+    assert [16, 16] in result["icon_sizes"] and [64, 64] in result["icon_sizes"]
+    labels = [label for label, _enabled in result["menu"]]
+    # A line per GPU, information only (the figures move on between two reads).
+    assert labels[0].startswith("GPU 0 · RTX 4090 (demo) · ")
+    assert labels[1].startswith("GPU 1 · A100-SXM4-80GB (demo) · ")
+    assert [enabled for _l, enabled in result["menu"][:2]] == [False, False]
+    # The demo's three processes with agents can be freed; its idle eval-mode models unloaded.
+    assert labels[2] == "Free all caches (3 processes)" and result["menu"][2][1] is True
+    assert labels[3].startswith("Unload idle models")
+    assert labels[4:] == ["Show window", "Settings…", "Pause alerts for 1 h", "Quit"]
+    assert result["exit_code"] == 0  # Quit from the tray menu ends the app cleanly
