@@ -241,3 +241,42 @@ def test_tray_menu_free_and_unload_reach_the_window(shell_parts, monkeypatch):
     shell.tray.free_caches_requested.emit()
     shell.tray.unload_idle_requested.emit()
     assert calls == ["free", "unload"]
+
+
+def test_tray_frees_caches_and_unloads_idle_models_of_the_demo_agents(shell_parts, qtbot):
+    """The tray's two actions end to end, against the demo's simulated agents."""
+    from app.core.demo_agents import DemoAgents
+    from app.ui.agent_actions import AgentActionRunner
+    from tests.unit.ui.conftest import DemoFeed
+
+    shell, window, *_ = shell_parts
+    feed = DemoFeed()
+    feed.collector.agents = DemoAgents(feed.source)
+    window.set_action_runner(AgentActionRunner(lambda: feed.collector.agents, window,
+                                               settle_s=0.0))
+    shell.start(answers=TRAY_LINUX)
+    _feed(shell, feed, 5)
+    snap = window.latest
+    shell._refresh_tray()
+    assert shell.tray.free_action.isEnabled() and shell.tray.unload_action.isEnabled()
+    idle = {(pid, m.id) for pid, r in snap.agents.items() for m in r.models
+            if m.state == "resident" and m.training is False and not m.pinned}
+
+    shell.tray.free_action.trigger()
+    qtbot.waitUntil(lambda: window.last_action is not None and window.last_action.done,
+                    timeout=5000)
+    action = window.last_action
+    assert sorted(action.results) == sorted(snap.agents)  # every process with an agent
+    assert all(r.ok for r in action.results.values())
+    assert action.freed > 0
+
+    finished = []
+    window.model_runner.action_finished.connect(finished.append)
+    shell.tray.unload_action.trigger()
+    runner = window.model_runner
+    qtbot.waitUntil(lambda: bool(finished) and not runner.busy_models(), timeout=5000)
+    _feed(shell, feed, 1)
+    after = window.latest
+    offloaded = {(pid, m.id) for pid, r in after.agents.items() for m in r.models
+                 if m.state == "offloaded"}
+    assert offloaded and offloaded <= idle
