@@ -37,6 +37,15 @@ log = logging.getLogger(__name__)
 
 # -- settings control ---------------------------------------------------------------------------
 
+def spin_box(parent: QWidget, lo: int, hi: int, suffix: str, name: str, tip: str) -> QSpinBox:
+    spin = QSpinBox(parent)
+    spin.setObjectName(name)
+    spin.setRange(lo, hi)
+    spin.setSuffix(suffix)
+    spin.setToolTip(tip)
+    return spin
+
+
 class AutoUnloadForm(QWidget):
     """Enabled, threshold %, re-arm %, minimum idle minutes."""
 
@@ -56,23 +65,14 @@ class AutoUnloadForm(QWidget):
         form.setContentsMargins(22, 0, 0, 0)
         form.setHorizontalSpacing(10)
         form.setVerticalSpacing(6)
-        self.threshold_spin = QSpinBox(self)
-        self.threshold_spin.setObjectName("autoUnloadThreshold")
-        self.threshold_spin.setRange(50, 99)
-        self.threshold_spin.setSuffix(" %")
-        self.threshold_spin.setToolTip("Act when a GPU's used memory reaches this share of its "
-                                       "total")
-        self.rearm_spin = QSpinBox(self)
-        self.rearm_spin.setObjectName("autoUnloadRearm")
-        self.rearm_spin.setRange(40, 98)
-        self.rearm_spin.setSuffix(" %")
-        self.rearm_spin.setToolTip("After acting, act again only once usage has fallen below "
+        self.threshold_spin = spin_box(self, 50, 99, " %", "autoUnloadThreshold",
+                                       "Act when a GPU's used memory reaches this share of "
+                                       "its total")
+        self.rearm_spin = spin_box(self, 40, 98, " %", "autoUnloadRearm",
+                                   "After acting, act again only once usage has fallen below "
                                    "this share (no back-and-forth around the threshold)")
-        self.idle_spin = QSpinBox(self)
-        self.idle_spin.setObjectName("autoUnloadMinIdle")
-        self.idle_spin.setRange(0, 24 * 60)
-        self.idle_spin.setSuffix(" min")
-        self.idle_spin.setToolTip("Only models whose last forward pass is at least this old "
+        self.idle_spin = spin_box(self, 0, 24 * 60, " min", "autoUnloadMinIdle",
+                                  "Only models whose last forward pass is at least this old "
                                   "are unloaded; pinned models never are")
         form.addRow("Threshold", self.threshold_spin)
         form.addRow("Re-arm below", self.rearm_spin)

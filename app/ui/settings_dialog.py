@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.ui.auto_unload import AutoUnloadForm
+from app.ui.auto_unload import AutoUnloadForm, spin_box
 from app.ui.settings import (
     HISTORY_CHOICES_S,
     PERIOD_MAX_S,
@@ -57,12 +57,7 @@ def _history_text(seconds: float) -> str:
 
 
 def _percent_spin(parent: QWidget, lo: int, hi: int, name: str, tip: str) -> QSpinBox:
-    spin = QSpinBox(parent)
-    spin.setObjectName(name)
-    spin.setRange(lo, hi)
-    spin.setSuffix(" %")
-    spin.setToolTip(tip)
-    return spin
+    return spin_box(parent, lo, hi, " %", name, tip)
 
 
 class SettingsDialog(QDialog):
@@ -157,11 +152,8 @@ class SettingsDialog(QDialog):
                                             "the GPU's total")
         self.rearm_spin = _percent_spin(page, 5, 98, "alertRearm",
                                         "Alert again only after usage fell below this share")
-        self.interval_spin = QSpinBox(page)
-        self.interval_spin.setObjectName("alertInterval")
-        self.interval_spin.setRange(0, 24 * 60)
-        self.interval_spin.setSuffix(" min")
-        self.interval_spin.setToolTip("At most one alert per GPU in this time")
+        self.interval_spin = spin_box(page, 0, 24 * 60, " min", "alertInterval",
+                                      "At most one alert per GPU in this time")
         form.addRow("Alert at", self.threshold_spin)
         form.addRow("Re-arm below", self.rearm_spin)
         form.addRow("At most every", self.interval_spin)
@@ -219,11 +211,8 @@ class SettingsDialog(QDialog):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         form.setContentsMargins(12, 0, 12, 0)
-        self.idle_default_spin = QSpinBox(page)
-        self.idle_default_spin.setObjectName("idleDefault")
-        self.idle_default_spin.setRange(1, 24 * 60)
-        self.idle_default_spin.setSuffix(" min")
-        self.idle_default_spin.setToolTip("What a process's own “Unload idle models after” "
+        self.idle_default_spin = spin_box(page, 1, 24 * 60, " min", "idleDefault",
+                                          "What a process's own “Unload idle models after” "
                                           "timer offers when it is switched on")
         form.addRow("Per-process idle timer", self.idle_default_spin)
         lay.addLayout(form)

@@ -43,6 +43,21 @@ _PRIMARY_OWNER = 1
 _EMITTER = DBusAddress(PATH, interface=INTERFACE)
 
 
+def serve_method_calls(conn: DBusConnection, stop: threading.Event,
+                       answer: Callable[[Any], Any], send: Callable[[Any], None]) -> None:
+    """Answer every method call on ``conn`` with ``answer(msg)`` until ``stop`` is set
+    or the connection drops (what each fake D-Bus service runs on its thread)."""
+    while not stop.is_set():
+        try:
+            msg = conn.receive(timeout=0.05)
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        if msg.header.message_type is MessageType.method_call:
+            send(answer(msg))
+
+
 class NotificationListener:
     """Owns the notifications name and answers the spec's methods from a thread.
 
@@ -138,17 +153,8 @@ class NotificationListener:
             conn.send(msg)
 
     def _serve(self) -> None:
-        conn = self._conn
-        assert conn is not None
-        while not self._stop.is_set():
-            try:
-                msg = conn.receive(timeout=0.05)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if msg.header.message_type is MessageType.method_call:
-                self._send(self._answer(msg))
+        assert self._conn is not None
+        serve_method_calls(self._conn, self._stop, self._answer, self._send)
 
     def _answer(self, msg: Any) -> Any:
         fields = msg.header.fields

@@ -21,7 +21,6 @@ from typing import Any
 from jeepney import (
     DBusAddress,
     HeaderFields,
-    MessageType,
     Properties,
     new_error,
     new_method_call,
@@ -29,6 +28,8 @@ from jeepney import (
 )
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
+
+from tests.fakes.notification_listener import serve_method_calls
 
 SERVICE = "org.kde.StatusNotifierWatcher"
 PATH = "/StatusNotifierWatcher"
@@ -83,17 +84,8 @@ class StatusNotifierWatcher:
             return self.items[0]
 
     def _serve(self) -> None:
-        conn = self._conn
-        assert conn is not None
-        while not self._stop.is_set():
-            try:
-                msg = conn.receive(timeout=0.05)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if msg.header.message_type is MessageType.method_call:
-                conn.send(self._answer(msg))
+        assert self._conn is not None
+        serve_method_calls(self._conn, self._stop, self._answer, self._conn.send)
 
     def _answer(self, msg: Any) -> Any:
         fields = msg.header.fields
