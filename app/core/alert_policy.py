@@ -161,7 +161,10 @@ class AlertPolicy:
     def _process_alerts(self, snapshot: Snapshot, now: float, quiet: bool) -> list[Alert]:
         cfg = self.config
         alerts: list[Alert] = []
-        names = {p.pid: (short_name(p), g.display_id) for g in snapshot.gpus for p in g.processes}
+        if not snapshot.agents and not self._procs:
+            return alerts
+        where = {p.pid: (p, g.display_id) for g in snapshot.gpus for p in g.processes
+                 if p.pid in snapshot.agents}
         seen: set[int] = set()
         for pid, report in snapshot.agents.items():
             seen.add(pid)
@@ -170,7 +173,8 @@ class AlertPolicy:
             if report.oom_events is not None:
                 ooms = max(ooms or 0, report.oom_events)
             retries = _total(d.num_alloc_retries for d in report.devices)
-            name, display_id = names.get(pid, (f"pid {pid}", None))
+            proc, display_id = where.get(pid, (None, None))
+            name = short_name(proc) if proc is not None else f"pid {pid}"
             if (state.ooms.rose_and_due(ooms, now, cfg.min_interval_s)
                     and cfg.oom_alerts and not quiet):
                 state.ooms.last_alert = now
