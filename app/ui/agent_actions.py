@@ -13,19 +13,16 @@ least :attr:`AgentActionRunner.settle_s` after the action finished.
 from __future__ import annotations
 
 import itertools
-import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from app.core.agent_types import FreeCacheResult
-from app.core.agents import AgentDirectory
 from app.core.samples import Snapshot
+from app.ui.action_runner import ActionJob, ActionRunner, DirectoryLike, error_text
 from app.ui.format import fmt_bytes
 
-log = logging.getLogger(__name__)
 
 FREE = "free_cache"
 GC = "gc"
@@ -219,16 +216,7 @@ class _Relay(QObject):
     finished = Signal(object)  # action
 
 
-class _Job(QRunnable):
-    def __init__(self, action: AgentAction, directory: AgentDirectory | None,
-                 relay: _Relay, timeout_s: float) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
-        self._action = action
-        self._directory = directory
-        self._relay = relay
-        self._timeout_s = timeout_s
-
+class _Job(ActionJob):
     def run(self) -> None:  # on a pool thread
         action = self._action
         directory = self._directory
@@ -241,7 +229,7 @@ class _Job(QRunnable):
                     action.gc_result = dict(result) if isinstance(result, dict) else {
                         "ok": False, "error": f"unexpected answer {result!r}"}
                 except Exception as exc:  # shown, never raised
-                    action.gc_result = {"ok": False, "error": _error_text(exc)}
+                    action.gc_result = {"ok": False, "error": error_text(exc)}
             else:
                 for pid in action.pids:
                     try:
@@ -251,86 +239,34 @@ class _Job(QRunnable):
                         if not isinstance(result, FreeCacheResult):
                             raise TypeError(f"unexpected answer {result!r}")
                     except Exception as exc:
-                        result = FreeCacheResult(pid=pid, ok=False, error=_error_text(exc))
+                        result = FreeCacheResult(pid=pid, ok=False, error=error_text(exc))
                     self._relay.progress.emit(action, result)
         finally:
             self._relay.finished.emit(action)
 
 
-def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return text if text else type(exc).__name__
+class AgentActionRunner(ActionRunner):
+    """Runs agent actions (free cache, gc) on a thread pool; every signal arrives on
+    the GUI thread."""
 
-
-DirectoryLike = AgentDirectory | Callable[[], AgentDirectory | None] | None
-
-
-def resolve_directory(directory: DirectoryLike) -> AgentDirectory | None:
-    """The directory itself, or what a getter returns now (the source can change)."""
-    if directory is None or isinstance(directory, AgentDirectory):
-        return directory
-    try:
-        return directory()
-    except Exception:
-        log.exception("looking up the agent directory failed")
-        return None
-
-
-class AgentActionRunner(QObject):
-    """Runs agent actions on a thread pool; every signal arrives on the GUI thread.
-
-    ``directory`` is an :class:`AgentDirectory`, or a callable returning the
-    current one (``lambda: sampler.agents``: it changes when the source does).
-    """
-
-    action_started = Signal(object)  # AgentAction
     action_progress = Signal(object, object)  # AgentAction, FreeCacheResult (one process)
-    action_finished = Signal(object)  # AgentAction (results filled in, done_at set)
 
     def __init__(self, directory: DirectoryLike, parent: QObject | None = None,
                  timeout_s: float = 30.0, settle_s: float = 0.5) -> None:
-        super().__init__(parent)
-        self._directory = directory
-        self.timeout_s = timeout_s
-        #: Wait at least this long after an action before reading NVML's release.
-        self.settle_s = settle_s
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(2)
-        self._running: dict[int, tuple[AgentAction, _Relay]] = {}
-
-    def directory(self) -> AgentDirectory | None:
-        return resolve_directory(self._directory)
+        super().__init__(directory, parent, timeout_s, settle_s, threads=2)
 
     def busy_pids(self) -> set[int]:
         return {pid for action, _ in self._running.values() for pid in action.pids}
 
-    def running(self) -> list[AgentAction]:
-        return [a for a, _ in self._running.values()]
-
     def submit(self, action: AgentAction) -> None:
         relay = _Relay(self)
         relay.progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
-        relay.finished.connect(self._on_finished, Qt.ConnectionType.QueuedConnection)
-        self._running[action.id] = (action, relay)
-        self.action_started.emit(action)
-        self.pool.start(_Job(action, self.directory(), relay, self.timeout_s))
-
-    def wait(self, timeout_ms: int = 3000) -> bool:
-        """Wait for running actions (at exit)."""
-        return self.pool.waitForDone(timeout_ms)
+        self._start(action, _Job, relay)
 
     @Slot(object, object)
     def _on_progress(self, action: AgentAction, result: FreeCacheResult) -> None:
         action.results[result.pid] = result
         self.action_progress.emit(action, result)
-
-    @Slot(object)
-    def _on_finished(self, action: AgentAction) -> None:
-        action.done_at = time.monotonic()
-        entry = self._running.pop(action.id, None)
-        if entry is not None:
-            entry[1].deleteLater()
-        self.action_finished.emit(action)
 
 
 __all__ = ["AgentAction", "AgentActionRunner", "FREE", "GC", "nvml_usage", "gpu_used"]

@@ -14,20 +14,17 @@ the refusals an agent answers with.
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Signal
 
 from app.core.agent_types import AgentReport, ModelActionResult, ModelEvent, ModelInfo
-from app.core.agents import AgentDirectory
 from app.core.samples import Snapshot
-from app.ui.agent_actions import (DirectoryLike, _error_text, gpu_used, nvml_usage,
-                                  resolve_directory)
+from app.ui.action_runner import ActionJob, ActionRunner, DirectoryLike, error_text
+from app.ui.agent_actions import gpu_used, nvml_usage
 from app.ui.format import NA, fmt_bytes
 
-log = logging.getLogger(__name__)
 
 UNLOAD = "unload"
 RELOAD = "reload"
@@ -387,16 +384,7 @@ class _Relay(QObject):
     finished = Signal(object)  # ModelAction
 
 
-class _Job(QRunnable):
-    def __init__(self, action: ModelAction, directory: AgentDirectory | None, relay: _Relay,
-                 timeout_s: float) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
-        self._action = action
-        self._directory = directory
-        self._relay = relay
-        self._timeout_s = timeout_s
-
+class _Job(ActionJob):
     def run(self) -> None:  # on a pool thread
         a = self._action
         d = self._directory
@@ -419,7 +407,7 @@ class _Job(QRunnable):
                     raise TypeError(f"unexpected answer {res!r}")
                 a.result = res
         except Exception as exc:  # shown, never raised
-            text = _error_text(exc)
+            text = error_text(exc)
             if a.kind == IDLE_TTL:
                 a.ttl_result = {"ok": False, "error": text}
             else:
@@ -428,31 +416,14 @@ class _Job(QRunnable):
             self._relay.finished.emit(a)
 
 
-
-
-class ModelActionRunner(QObject):
+class ModelActionRunner(ActionRunner):
     """Runs model actions on a thread pool; signals arrive on the GUI thread."""
-
-    action_started = Signal(object)  # ModelAction
-    action_finished = Signal(object)  # ModelAction (result set, done_at set)
 
     def __init__(self, directory: DirectoryLike, parent: QObject | None = None,
                  timeout_s: float = 300.0, settle_s: float = 0.5) -> None:
-        super().__init__(parent)
-        self._directory = directory
-        self.timeout_s = timeout_s
-        self.settle_s = settle_s
-        self.pool = QThreadPool(self)
         # Moves of different models may overlap (different processes); a pin or
         # TTL change must not wait behind a multi-second unload.
-        self.pool.setMaxThreadCount(4)
-        self._running: dict[int, tuple[ModelAction, _Relay]] = {}
-
-    def directory(self) -> AgentDirectory | None:
-        return resolve_directory(self._directory)
-
-    def running(self) -> list[ModelAction]:
-        return [a for a, _ in self._running.values()]
+        super().__init__(directory, parent, timeout_s, settle_s, threads=4)
 
     def pending(self, pid: int, model: str | None) -> ModelAction | None:
         for a, _ in self._running.values():
@@ -467,23 +438,8 @@ class ModelActionRunner(QObject):
         """Start ``action``; False (not started) while the same model/TTL is busy."""
         if action.key in self.busy_models():
             return False
-        relay = _Relay(self)
-        relay.finished.connect(self._on_finished, Qt.ConnectionType.QueuedConnection)
-        self._running[action.id] = (action, relay)
-        self.action_started.emit(action)
-        self.pool.start(_Job(action, self.directory(), relay, self.timeout_s))
+        self._start(action, _Job, _Relay(self))
         return True
-
-    def wait(self, timeout_ms: int = 3000) -> bool:
-        return self.pool.waitForDone(timeout_ms)
-
-    @Slot(object)
-    def _on_finished(self, action: ModelAction) -> None:
-        action.done_at = time.monotonic()
-        entry = self._running.pop(action.id, None)
-        if entry is not None:
-            entry[1].deleteLater()
-        self.action_finished.emit(action)
 
 
 __all__ = ["IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "ModelAction", "ModelActionRunner",
