@@ -189,19 +189,26 @@ class ModelGuard:
         return True
 
 
-def _noop() -> Any:
-    return (0).__init__  # accepts any arguments, returns None, no side effect
-
-
-class _PreHook:
-    """Forward pre-hook: transparent reload, in-flight count, last-used time."""
+class _Hook:
+    """A hook holding its model's guard.  A copy or pickle of the model (deepcopy,
+    torch.save of the whole module) gets a do-nothing callable in its place: the
+    copy is not managed, and the guard (locks, weights) never travels with it."""
 
     __slots__ = ("guard", "compiling", "__weakref__")
-    __name__ = "vram_steward_pre"
 
     def __init__(self, guard: ModelGuard, compiling: Any) -> None:
         self.guard = guard
         self.compiling = compiling
+
+    def __reduce__(self) -> Any:
+        return (getattr, (0, "__init__"))
+
+
+class _PreHook(_Hook):
+    """Forward pre-hook: transparent reload, in-flight count, last-used time."""
+
+    __slots__ = ()
+    __name__ = "vram_steward_pre"
 
     def __call__(self, module: Any, args: Any) -> None:
         try:
@@ -223,19 +230,12 @@ class _PreHook:
             pass
         return None
 
-    def __reduce__(self) -> Any:
-        return (getattr, (0, "__init__"))
 
-
-class _PostHook:
+class _PostHook(_Hook):
     """Forward hook (always_call=True): the forward of this thread ended."""
 
-    __slots__ = ("guard", "compiling", "__weakref__")
+    __slots__ = ()
     __name__ = "vram_steward_post"
-
-    def __init__(self, guard: ModelGuard, compiling: Any) -> None:
-        self.guard = guard
-        self.compiling = compiling
 
     def __call__(self, module: Any, args: Any, output: Any) -> None:
         try:
@@ -256,23 +256,16 @@ class _PostHook:
             pass
         return None
 
-    def __reduce__(self) -> Any:
-        return (getattr, (0, "__init__"))
 
-
-class SubmoduleReloadHook:
+class SubmoduleReloadHook(_Hook):
     """Temporary pre-hook on every submodule while the root is offloaded.
 
     A model may be called through a submodule (``model.encoder(x)``), which
     the root's hooks never see: this hook reloads the root first.
     """
 
-    __slots__ = ("guard", "compiling", "__weakref__")
+    __slots__ = ()
     __name__ = "vram_steward_submodule_reload"
-
-    def __init__(self, guard: ModelGuard, compiling: Any) -> None:
-        self.guard = guard
-        self.compiling = compiling
 
     def __call__(self, module: Any, args: Any) -> None:
         try:
@@ -290,9 +283,6 @@ class SubmoduleReloadHook:
         except Exception:
             pass
         return None
-
-    def __reduce__(self) -> Any:
-        return (getattr, (0, "__init__"))
 
 
 def install(module: Any, guard: ModelGuard, compiling: Any) -> list:
