@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -51,10 +52,8 @@ def alert_configs(settings: AlertSettings, snapshot: Snapshot | None
     for gpu in (snapshot.gpus if snapshot else ()):
         own = settings.per_gpu.get(gpu.uuid or "") or settings.per_gpu.get(gpu.display_id)
         if own is not None:
-            per_gpu[gpu.display_id] = AlertConfig(
-                threshold=own.threshold, rearm=own.rearm, min_interval_s=base.min_interval_s,
-                enabled=base.enabled, oom_alerts=base.oom_alerts,
-                retry_alerts=base.retry_alerts)
+            per_gpu[gpu.display_id] = dataclasses.replace(base, threshold=own.threshold,
+                                                          rearm=own.rearm)
     return base, per_gpu
 
 
@@ -73,7 +72,6 @@ class DesktopShell(QObject):
         self.theme = theme
         self.dbus = dbus
         self.autostart = autostart
-        self.settings: UiSettings = window.settings
         self.policy = AlertPolicy()
         self.tray: TrayController | None = None
         self.answers = PlatformAnswers(tray=False, dbus=False, linux=False)
@@ -94,6 +92,11 @@ class DesktopShell(QObject):
         window.settings_requested.connect(self.open_settings)
         window.hint_banner.free_button.hide()
         self._apply_alert_settings()
+
+    @property
+    def settings(self) -> UiSettings:
+        """The window's settings: one object, edited by its controls and by the dialog."""
+        return self.window.settings
 
     # -- start ------------------------------------------------------------------------------
     def start(self, minimised: bool = False, answers: PlatformAnswers | None = None) -> None:
@@ -268,7 +271,6 @@ class DesktopShell(QObject):
 
     def apply_settings(self, new: UiSettings, autostart: bool | None = None) -> None:
         old = self.settings
-        self.settings = new
         self.window.settings = new
         if self.sampler is not None and new.sample_period_s != old.sample_period_s:
             self.sampler.set_period(new.sample_period_s)

@@ -286,7 +286,7 @@ class SettingsDialog(QDialog):
             min_interval_s=self.interval_spin.value() * 60.0,
             oom_alerts=self.oom_box.isChecked(),
             retry_alerts=self.retry_box.isChecked(),
-            per_gpu=per_gpu).normalised()
+            per_gpu=per_gpu)
         s.auto_unload = self.unload_form.settings()
         s.idle_unload_default_min = self.idle_default_spin.value()
         return UiSettings.from_dict(s.to_dict())
