@@ -1268,17 +1268,12 @@ class ProcessDetailView(QDialog):
         super().changeEvent(event)
 
     def _apply_style(self) -> None:
-        palette = self.palette()
-        muted = pal.hex_color(pal.muted(palette))
-        border = pal.hex_color(pal.faint(palette))
+        border = pal.hex_color(pal.faint(self.palette()))
         warn = pal.LEVEL_COLORS[pal.LEVEL_WARNING]
         self.setStyleSheet(
-            f"QLabel#secondary {{ color: {muted}; }}"
             f"QFrame#detailRule {{ color: {border}; }}"
-            f"QTableView#modelTable {{ border: 1px solid {border}; border-radius: 6px; }}"
             "QTableView#modelTable::item { padding: 0px 6px; }"
-            "QHeaderView::section { font-weight: bold; padding: 4px 16px 4px 6px; border: none;"
-            f" border-bottom: 1px solid {border}; background: palette(base); }}")
+            + pal.view_rules(self.palette(), "modelTable"))
         self.errors_label.setStyleSheet(f"color: {warn};")
 
 

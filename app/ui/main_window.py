@@ -415,37 +415,32 @@ class MainWindow(QMainWindow):
 
     def free_cache(self, pid: int) -> AgentAction | None:
         """Empty the PyTorch cache of process ``pid`` (off the GUI thread)."""
-        if self.runner is None or pid in self.runner.busy_pids():
-            return None
-        action = AgentAction.free((pid,), self._latest, {pid: self._process_label(pid)})
-        self.runner.submit(action)
-        return action
+        return self._free({pid: self._process_label(pid)})
 
     def free_all_caches(self, display_id: str) -> AgentAction | None:
         """Empty the cache of every agent process on GPU ``display_id``, one after another."""
         panel = self._panels.get(display_id)
-        if self.runner is None or panel is None:
+        if panel is None:
             return None
-        freeable = dict(panel.agent_section.freeable)
-        busy = self.runner.busy_pids()
-        pids = [pid for pid in freeable if pid not in busy]
-        if not pids:
-            return None
-        action = AgentAction.free(pids, self._latest, {p: freeable[p] for p in pids},
-                                  display_id=display_id)
-        self.runner.submit(action)
-        return action
+        return self._free(dict(panel.agent_section.freeable), display_id)
 
     def free_every_cache(self) -> AgentAction | None:
         """Empty the cache of every process with an agent, on every GPU ("Free all caches")."""
-        snapshot = self._latest
-        if self.runner is None or snapshot is None or not snapshot.agents:
+        agents = self._latest.agents if self._latest is not None else None
+        return self._free({p: self._process_label(p) for p in sorted(agents or ())})
+
+    def _free(self, labels: dict[int, str], display_id: str | None = None
+              ) -> AgentAction | None:
+        """Free the caches of the processes in ``labels`` (pid -> label) that no action
+        is busy with already; None when there is nothing to do."""
+        if self.runner is None:
             return None
         busy = self.runner.busy_pids()
-        pids = sorted(pid for pid in snapshot.agents if pid not in busy)
+        pids = [pid for pid in labels if pid not in busy]
         if not pids:
             return None
-        action = AgentAction.free(pids, snapshot, {p: self._process_label(p) for p in pids})
+        action = AgentAction.free(pids, self._latest, {p: labels[p] for p in pids},
+                                  display_id=display_id)
         self.runner.submit(action)
         return action
 
@@ -999,18 +994,12 @@ class MainWindow(QMainWindow):
         super().changeEvent(event)
 
     def _apply_style(self) -> None:
-        palette = self.palette()
-        muted = pal.hex_color(pal.muted(palette))
-        border = pal.hex_color(pal.faint(palette))
+        border = pal.hex_color(pal.faint(self.palette()))
         self.setStyleSheet(
             f"QFrame#gpuPanel {{ background: palette(base); border: 1px solid {border};"
             " border-radius: 10px; }"
-            f"QLabel#secondary {{ color: {muted}; }}"
             "QScrollArea#gpuScroll, QWidget#panelsHost { background: transparent; }"
-            f"QTableView#processTable {{ border: 1px solid {border}; border-radius: 6px; }}"
-            "QHeaderView::section { font-weight: bold; padding: 4px 16px 4px 6px; border: none;"
-            f" border-bottom: 1px solid {border}; background: palette(base); }}"
-        )
+            + pal.view_rules(self.palette(), "processTable"))
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(1280, 860)

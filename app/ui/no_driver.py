@@ -115,11 +115,10 @@ class NoDriverView(QWidget):
 
     def _style(self) -> None:
         accent = pal.LEVEL_COLORS[pal.LEVEL_NORMAL]
-        muted = pal.hex_color(pal.muted(self.palette()))
         self.setStyleSheet(
             "QFrame#noDriverCard { background: palette(base); border: 1px solid palette(mid);"
             " border-radius: 12px; }"
-            f"QLabel#secondary {{ color: {muted}; }}"
+            + pal.view_rules(self.palette()) +
             f"QPushButton#showDemoButton {{ background: {accent}; color: white; border: none;"
             " border-radius: 6px; padding: 6px 18px; }"
             "QPushButton#showDemoButton:hover { background: #2569B0; }"

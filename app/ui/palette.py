@@ -161,3 +161,16 @@ def is_dark(palette: QPalette) -> bool:
 
 def hex_color(color: QColor) -> str:
     return color.name(QColor.NameFormat.HexRgb)
+
+
+def view_rules(palette: QPalette, table: str | None = None) -> str:
+    """Style-sheet rules every view shares: secondary text, and for the table with
+    object name ``table`` a rounded border and bold, ruled header sections."""
+    rules = f"QLabel#secondary {{ color: {hex_color(muted(palette))}; }}"
+    if table:
+        border = hex_color(faint(palette))
+        rules += (f"QTableView#{table} {{ border: 1px solid {border}; border-radius: 6px; }}"
+                  "QHeaderView::section { font-weight: bold; padding: 4px 16px 4px 6px;"
+                  f" border: none; border-bottom: 1px solid {border};"
+                  " background: palette(base); }")
+    return rules

@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
+from app.ui.palette import is_dark
 from app.ui.settings import THEMES
 
 _Role = QPalette.ColorRole
@@ -80,10 +81,6 @@ def light_palette() -> QPalette:
         _Role.Link: "#0000FF",
         _Role.LinkVisited: "#FF00FF",
     }, disabled_text="#A0A0A0")
-
-
-def is_dark(palette: QPalette) -> bool:
-    return palette.color(_Role.Window).lightness() < 128
 
 
 def system_prefers_dark() -> bool:
