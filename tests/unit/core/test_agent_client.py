@@ -24,14 +24,6 @@ pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF
 
 
 @pytest.fixture
-def runtime():
-    # Short path: AF_UNIX socket paths are limited to ~107 bytes.
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
-
-
-@pytest.fixture
 def agent(runtime):
     fake = FakeAgent(sock_dir=runtime)
     yield fake

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 
@@ -14,40 +11,9 @@ import pytest
 
 from app.core.agent_hub import AgentHub
 from tests.fakes.fake_agent import FakeAgent
+from tests.unit.core.conftest import wait_for
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
-
-
-@pytest.fixture
-def runtime():
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
-@pytest.fixture
-def sleeper():
-    """Real processes to own the fake agents' pids (the registry checks them)."""
-    procs = []
-
-    def make():
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        procs.append(proc)
-        return proc
-
-    yield make
-    for proc in procs:
-        proc.kill()
-        proc.wait()
 
 
 def test_hub_polls_every_agent_and_a_hung_one_delays_nobody(runtime, sleeper):

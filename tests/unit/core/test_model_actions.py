@@ -4,9 +4,6 @@ and the hub's (own connections, long timeouts, events deduplicated behind a curs
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-import tempfile
 import time
 
 import pytest
@@ -16,15 +13,9 @@ from app.core.agent_hub import AgentHub
 from app.core.agent_types import AgentEntry, ModelEvent
 from app.core.agents import AgentDirectory, ModelEventLog
 from tests.fakes.fake_agent import FakeAgent
+from tests.unit.core.conftest import wait_for
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
-
-
-@pytest.fixture
-def runtime():
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
 
 
 @pytest.fixture
@@ -36,15 +27,6 @@ def fake(runtime):
 
 def entry_of(agent: FakeAgent) -> AgentEntry:
     return AgentEntry.from_json(agent.entry_json())
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 # ------------------------------------------------------------------ client
@@ -185,21 +167,6 @@ def test_default_directory_has_no_model_manager():
 
 
 # ------------------------------------------------------------------ hub
-
-
-@pytest.fixture
-def sleeper():
-    procs = []
-
-    def make():
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        procs.append(proc)
-        return proc
-
-    yield make
-    for proc in procs:
-        proc.kill()
-        proc.wait()
 
 
 def test_hub_actions_never_hold_up_polling_and_events_arrive_once(runtime, sleeper):
