@@ -2,14 +2,28 @@
 
 AF_UNIX stream socket (0600 in a 0700 dir) with a peer-uid check on accept;
 TCP on 127.0.0.1 with an HMAC challenge where AF_UNIX is unavailable
-(Windows).  Bounded: connections, frame size, output buffer, partial-frame
-and idle timeouts.  Handlers that may be slow (free_cache, gc) run on a
-short-lived worker thread so other clients keep being served.
+(Windows).  Bounded: connections, subscribers, frame size, output buffer,
+partial-frame and idle timeouts.  Handlers that may be slow (free_cache, gc)
+run on a short-lived worker thread so other clients keep being served.
+
+Fairness
+    Every client of the same user looks alike, so a full table must never
+    lock the app out: a connection arriving at ``max_connections`` evicts one
+    that is there (``Server._eviction_rank`` says which) instead of being
+    refused, and the evicted one gets a ``busy`` error frame before it is
+    closed.  A client that leaks or hoards connections therefore evicts the
+    least recently active ones (its own idle ones first), while the app's
+    short connections (connect, one request, close) always get in.
+    Subscriptions are capped separately (``max_subscribers``), evicting the
+    oldest subscriber.  A same-user client reconnecting in a tight loop can
+    still win the race for a slot: that is beyond what a listener can tell
+    apart.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import selectors
 import socket
@@ -21,32 +35,38 @@ from typing import Any, Callable
 
 from . import log as _log
 from . import protocol
+from .errors import ActionError, BadParams
+
+__all__ = ["ActionError", "BadParams", "Options", "Server", "peer_allowed", "peer_uid"]
 
 THREAD_NAME = "vram-steward-agent"
 
 
 class Options:
+    """Server limits.
+
+    ``max_subscribers``: connections holding a ``subscribe`` at once (the
+    oldest is evicted by a new one).  ``grace_period``: seconds a new
+    connection that has not sent a whole request yet is evicted only after
+    every other non-subscriber, so the app's connection gets to send its
+    request.  ``backlog``: the listen backlog (a burst of a few hundred
+    connects is queued, not refused: a full AF_UNIX backlog fails a
+    client's connect at once), and the most connections accepted per wakeup
+    (a burst is taken at once, yet reads keep being served between bursts).
+    """
+
     def __init__(self, partial_timeout: float = 10.0, idle_timeout: float = 300.0,
                  max_connections: int = 16, max_output: int = 4 * 1024 * 1024,
-                 tick_interval: float = 1.0) -> None:
+                 tick_interval: float = 1.0, max_subscribers: int = 8,
+                 grace_period: float = 1.0, backlog: int = 256) -> None:
         self.partial_timeout = float(partial_timeout)
         self.idle_timeout = float(idle_timeout)
         self.max_connections = int(max_connections)
         self.max_output = int(max_output)
         self.tick_interval = float(tick_interval)
-
-
-class BadParams(Exception):
-    """A handler's params are wrong: ``bad_params`` reply."""
-
-
-class ActionError(Exception):
-    """A handler's refusal or failure with a protocol error code (``refused``,
-    ``not_found``, ``failed``...): replied as that error, not as ``internal``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+        self.max_subscribers = int(max_subscribers)
+        self.grace_period = float(grace_period)
+        self.backlog = max(1, int(backlog))
 
 
 # -- peer credentials ------------------------------------------------------
@@ -95,8 +115,16 @@ def _own_uid() -> int:
 # -- connections -----------------------------------------------------------
 
 class _Conn:
+    """One client connection (agent thread only).
+
+    ``accepted``/``last_request``/``subscribed_at`` (monotonic) order
+    evictions; ``on_worker`` marks a request running on the worker thread,
+    whose connection is never evicted so its reply is not lost.
+    """
+
     __slots__ = ("sock", "decoder", "out", "last_rx", "partial_since", "authed",
-                 "challenge", "events", "closed", "mask", "name")
+                 "challenge", "events", "closed", "mask", "name", "accepted",
+                 "last_request", "subscribed_at", "on_worker")
 
     def __init__(self, sock: socket.socket, name: str) -> None:
         self.sock = sock
@@ -110,6 +138,10 @@ class _Conn:
         self.closed = False
         self.mask = 0
         self.name = name
+        self.accepted = self.last_rx
+        self.last_request: float | None = None  # last whole frame received
+        self.subscribed_at = 0.0
+        self.on_worker = False
 
 
 class Server:
@@ -142,6 +174,8 @@ class Server:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._conn_seq = 0
+        self._accepting = False
+        self._evictions = 0
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -171,15 +205,15 @@ class Server:
                 sock.close()
                 raise
             self.address = "127.0.0.1:%d" % sock.getsockname()[1]
-        sock.listen(32)
+        sock.listen(self.options.backlog)
         sock.setblocking(False)
         self._listener = sock
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._sel = selectors.DefaultSelector()
-        self._sel.register(sock, selectors.EVENT_READ, "listen")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._resume_accepting()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -285,6 +319,8 @@ class Server:
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + self.options.tick_interval
+                self._resume_accepting()
+                self._log_evictions()
                 self._expire(now)
                 if self.on_tick is not None:
                     try:
@@ -294,39 +330,137 @@ class Server:
                 self._deliver()
 
     def _accept(self) -> None:
-        assert self._listener is not None and self._sel is not None
-        while True:
+        """Accept up to one backlog's worth: a burst is admitted in one wakeup,
+        and a client connecting in a loop cannot starve the other sockets."""
+        assert self._listener is not None
+        for _ in range(self.options.backlog):
             try:
                 sock, _addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                _log.log("accept failed: %r" % (exc,))
+                if exc.errno in (errno.ECONNABORTED, getattr(errno, "EPROTO", -1)):
+                    continue  # the peer gave up while queued
+                self._pause_accepting(exc)
                 return
-            if self.transport == "unix" and PEERCRED_SUPPORTED:
-                uid = peer_uid(sock)
-                if not peer_allowed(uid, self._uid):
-                    _log.log("refused a connection from uid %r (ours is %d)" % (uid, self._uid))
-                    sock.close()
-                    continue
-            if len(self._conns) >= self.options.max_connections:
-                _log.log("refused a connection: %d already open" % len(self._conns))
+            try:
+                self._admit(sock)
+            except Exception:
+                _log.log_exc("admitting a connection failed")
+                _close_quietly(sock)
+
+    def _pause_accepting(self, exc: OSError) -> None:
+        """Out of fds (or memory): stop watching the listener until the next
+        tick, or it stays readable and the loop spins writing log lines."""
+        _log.log("accept failed: %r; pausing accepts until the next tick" % (exc,))
+        if self._accepting and self._sel is not None and self._listener is not None:
+            try:
+                self._sel.unregister(self._listener)
+            except Exception:
+                pass
+        self._accepting = False
+
+    def _resume_accepting(self) -> None:
+        if self._accepting or self._sel is None or self._listener is None:
+            return
+        try:
+            self._sel.register(self._listener, selectors.EVENT_READ, "listen")
+            self._accepting = True
+        except Exception:
+            _log.log_exc("cannot watch the listener")
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Check the peer, make room if the table is full, say hello."""
+        assert self._sel is not None
+        if self.transport == "unix" and PEERCRED_SUPPORTED:
+            uid = peer_uid(sock)
+            if not peer_allowed(uid, self._uid):
+                _log.log("refused a connection from uid %r (ours is %d)" % (uid, self._uid))
                 sock.close()
-                continue
-            sock.setblocking(False)
-            self._conn_seq += 1
-            conn = _Conn(sock, "c%d" % self._conn_seq)
-            hello = dict(self.hello)
-            if self.transport == "tcp":
-                conn.authed = False
-                conn.challenge = _token_hex()
-                hello["auth"] = {"challenge": conn.challenge}
-            else:
-                hello["auth"] = None
-            self._conns[sock.fileno()] = conn
-            conn.mask = selectors.EVENT_READ
-            self._sel.register(sock, selectors.EVENT_READ, conn)
-            self._send(conn, {"hello": hello})
+                return
+        if len(self._conns) >= self.options.max_connections and not self._make_room():
+            _log.log("refused a connection: %d open, none evictable" % len(self._conns))
+            sock.close()
+            return
+        sock.setblocking(False)
+        self._conn_seq += 1
+        conn = _Conn(sock, "c%d" % self._conn_seq)
+        hello = dict(self.hello)
+        if self.transport == "tcp":
+            conn.authed = False
+            conn.challenge = _token_hex()
+            hello["auth"] = {"challenge": conn.challenge}
+        else:
+            hello["auth"] = None
+        conn.mask = selectors.EVENT_READ
+        self._sel.register(sock, selectors.EVENT_READ, conn)
+        self._conns[sock.fileno()] = conn
+        self._send(conn, {"hello": hello})
+
+    # -- fairness ----------------------------------------------------------
+    def _eviction_rank(self, conn: _Conn, now: float) -> tuple[int, float]:
+        """Lower is evicted first.
+
+        0. Not authenticated yet (TCP), oldest first: any local user can
+           connect there, so those must never crowd out the real client.
+        1. Not subscribed, least recent whole request first (a connection
+           that never sent one counts from its accept): an idle or leaked
+           connection goes before a busy one, and bytes of a frame that never
+           completes do not count as activity.
+        2. Within ``grace_period`` of its accept and no request yet, oldest
+           first: the app's fresh connection gets to send its request even
+           while other clients keep connecting.
+        3. Subscribers, oldest subscription first: a long-lived watcher of
+           events goes last.
+        """
+        if not conn.authed:
+            return (0, conn.accepted)
+        if conn.events:
+            return (3, conn.subscribed_at)
+        if conn.last_request is not None:
+            return (1, conn.last_request)
+        if now - conn.accepted < self.options.grace_period:
+            return (2, conn.accepted)
+        return (1, conn.accepted)
+
+    def _victim(self) -> _Conn | None:
+        """The connection to evict, never one whose request runs on the
+        worker (its reply would be lost); None if there is none."""
+        now = time.monotonic()
+        candidates = [c for c in self._conns.values() if not c.on_worker and not c.closed]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda c: self._eviction_rank(c, now))
+
+    def _make_room(self) -> bool:
+        victim = self._victim()
+        if victim is None:
+            return False
+        self._evict(victim, "room for a new connection (%d open)" % len(self._conns))
+        return True
+
+    def _evict(self, conn: _Conn, why: str) -> None:
+        """Close ``conn`` with a ``busy`` error frame saying why.
+
+        Its unread input is drained first: closing a socket with unread data
+        resets the connection, and the peer would lose the frame.
+        """
+        self._send(conn, protocol.error(None, protocol.BUSY, "connection closed: " + why))
+        try:
+            conn.sock.recv(65536)
+        except Exception:
+            pass
+        self._evictions += 1
+        first = self._evictions == 1
+        self._close(conn, "evicted: " + why if first else None, flush=True)
+
+    def _log_evictions(self) -> None:
+        """One line per tick for a flood's evictions: a line each would cost
+        more than the eviction and slow the agent down exactly when it is
+        busiest (the first of a tick is logged in full when it happens)."""
+        if self._evictions > 1:
+            _log.log("evicted %d more connections to make room" % (self._evictions - 1))
+        self._evictions = 0
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -356,6 +490,7 @@ class Server:
             conn.partial_since = None
 
     def _handle(self, conn: _Conn, message: dict[str, Any]) -> None:
+        conn.last_request = time.monotonic()
         raw_id = message.get("id")
         echo_id = raw_id if (isinstance(raw_id, int) and not isinstance(raw_id, bool)
                              or isinstance(raw_id, str) and len(raw_id) <= 64) else None
@@ -429,8 +564,25 @@ class Server:
             wanted = set(events) & protocol.EVENTS
         else:
             raise BadParams("events must be a list of strings")
+        if wanted and not conn.events:
+            self._make_room_for_subscriber(conn)
+            conn.subscribed_at = time.monotonic()
         conn.events = frozenset(wanted)
         return {"events": sorted(wanted)}
+
+    def _make_room_for_subscriber(self, conn: _Conn) -> None:
+        """At ``max_subscribers``, evict the oldest subscriber: subscribers
+        never time out, so a cap is what keeps them from filling the table
+        (and the newest subscriber is the one most likely to be listening)."""
+        while True:
+            subscribers = [c for c in self._conns.values() if c.events and c is not conn]
+            if len(subscribers) < self.options.max_subscribers:
+                return
+            evictable = [c for c in subscribers if not c.on_worker]
+            if not evictable:
+                raise ActionError(protocol.BUSY, "too many subscribers")
+            oldest = min(evictable, key=lambda c: c.subscribed_at)
+            self._evict(oldest, "room for a new subscriber (%d subscribed)" % len(subscribers))
 
     def _run_on_worker(self, conn: _Conn, request_id: Any, fn: Callable, params: dict) -> None:
         if self._busy:
@@ -438,6 +590,7 @@ class Server:
                                             "another action is running"))
             return
         self._busy = True
+        conn.on_worker = True
 
         def work() -> None:
             try:
@@ -457,11 +610,13 @@ class Server:
             threading.Thread(target=work, name=THREAD_NAME + "-action", daemon=True).start()
         except Exception as exc:
             self._busy = False
+            conn.on_worker = False
             self._send(conn, protocol.error(request_id, protocol.INTERNAL, repr(exc)))
 
     def _deliver(self) -> None:
         while self._completed:
             conn, outcome = self._completed.popleft()
+            conn.on_worker = False
             if not conn.closed:
                 self._send(conn, outcome)
         while self._events:

@@ -86,20 +86,19 @@ def test_partial_frame_then_silence_is_closed(agent):
     assert 0.3 < time.monotonic() - t0 < 3
 
 
-def test_connection_limit(agent):
+def test_connection_limit_evicts_the_least_recently_active(agent):
     clients = [Client(agent["address"]) for _ in range(16)]
-    extra = socket.socket(socket.AF_UNIX)
-    extra.connect(agent["address"])
-    extra.settimeout(5)
-    assert extra.recv(100) == b""  # closed without a hello
-    extra.close()
     for c in clients:
         assert c.call("ping")["result"] == {"pong": True}
+    extra = Client(agent["address"])  # over the limit: gets in all the same
+    assert extra.call("ping")["result"] == {"pong": True}
+    evicted = clients[0].recv()
+    assert evicted["id"] is None and evicted["error"]["code"] == "busy"
+    assert "room" in evicted["error"]["message"]
+    assert clients[0].closed_by_peer()
+    for c in clients[1:] + [extra]:
+        assert c.call("ping")["result"] == {"pong": True}
         c.close()
-    time.sleep(0.1)
-    c = Client(agent["address"])
-    assert c.call("ping")["result"] == {"pong": True}
-    c.close()
 
 
 def test_slow_reader_does_not_block_others(agent):
