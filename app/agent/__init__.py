@@ -22,11 +22,12 @@ it still appears in the app from NVML, and can call ``start()`` itself.
 multiprocessing spawn/forkserver children do not start one either.
 
 ``start(**options)`` options (mainly for tests): runtime_dir, transport
-("unix"/"tcp"), partial_timeout, idle_timeout, max_connections, max_output,
-tick_interval, registry_interval, last_used (forward pre-hook on root models
-for "last used"; ``VRAM_STEWARD_LAST_USED=0`` also turns it off — TorchScript
-cannot script a root module while that hook is on it), force (start even in a
-multiprocessing child).
+("unix"/"tcp"), partial_timeout, idle_timeout, max_connections,
+max_subscribers, grace_period, backlog, max_output, tick_interval,
+registry_interval, last_used (the per-model hooks that see a model's calls
+and bring an unloaded model back; ``VRAM_STEWARD_LAST_USED=0`` also turns
+them off, and with them unloading), force (start even in a multiprocessing
+child).
 """
 
 from __future__ import annotations

@@ -1,30 +1,36 @@
-"""Per-model safety hooks: "last used", in-flight forwards, transparent reload.
+"""Per-model state and the one hook that carries it: "last used" and
+transparent reload.
 
-Each root model the tracker finds gets one ``ModelGuard`` and two hooks:
+A root model and each of its composite direct parts carry one permanent
+forward pre-hook (``_PreHook``, registered with ``prepend=True`` so it runs
+before the user's own pre-hooks), placed on the user's own thread
+(``placement``).  While the model is resident it records the time of the call
+(a float store).  When the model is offloaded it first brings it back (one
+reload however many threads call; the others wait on the guard's Condition).
 
-* a forward pre-hook (``_PreHook``, registered with ``prepend=True`` so it
-  runs before the user's own pre-hooks) that, when the model is resident,
-  counts the forward as in flight for the calling thread and records the time
-  (a lock, a dict update and a float store); when the model is offloaded it
-  first brings it back (one reload however many threads call; the others wait
-  on the guard's Condition);
-* a forward hook registered with ``always_call=True`` (``_PostHook``) that ends
-  the in-flight count, also when the forward raised.
+Each hook holds a ``Slot``; the slot's ``guard`` says which model the call
+counts for (None: the hook is inert).  The agent thread only ever changes that
+attribute, never the module's hook dicts, so dynamo, TorchScript and export
+always see the same module.  There is no forward (post) hook: a second hook
+doubles the cost of every call, and a hook registered with ``always_call``
+makes dynamo recompile for every new instance of a model class.
 
-Counts are per thread: a thread re-entering the model (a nested call) counts
-twice and ends twice; a thread whose pre-hook never ran (another pre-hook
-raised first) does not decrement anything.  ``KeyboardInterrupt`` skips
-torch's always-called hooks: such a stale count is detected at unload time by
-looking for the module's ``_call_impl`` frame on that thread's stack.
+Whether a forward is running is read from the threads' stacks instead
+(``running_threads``): a thread is inside the model while one of its frames
+is ``Module._call_impl`` of the model or of any module below it, a deeper
+submodule called directly included.  An unload sets UNLOADING first (new
+calls wait in the hook) and then waits until no thread is inside; a forward
+that passed its hook before that has its frame on the stack already.
 
-The hooks never raise into user code, with one exception: when a reload of a
-model that the user or a policy unloaded fails, the forward gets a
+The hook never raises into user code, with one exception: when a reload of a
+model that the user or a policy unloaded fails, the call gets a
 ``RuntimeError`` saying so instead of running with weights in the wrong place.
 
-Under torch.compile (``is_compiling()``) both hooks do nothing (dynamo folds
-the check: no graph break).  Pickling / deepcopy turn the hooks into a stdlib
-no-op (``(0).__init__`` accepts any arguments) so ``torch.save(model)`` files
-load where no agent exists.
+Under torch.compile (``is_dynamo_compiling()``) the hook does nothing (dynamo
+folds the check: no graph break).  Pickling turns a hook into a stdlib no-op
+(``(0).__init__`` accepts any arguments) so ``torch.save(model)`` files load
+where no agent exists; ``copy.deepcopy`` gives the copy an inert hook of its
+own that announces the copy to the agent on its first call.
 """
 
 from __future__ import annotations
@@ -36,10 +42,17 @@ import time
 import weakref
 from typing import Any, Callable
 
+from . import figures as _fig
+
 RESIDENT = "resident"
 UNLOADING = "unloading"
 OFFLOADED = "offloaded"
 RELOADING = "reloading"
+
+#: The frames of a Module call (``model(x)`` -> ``_wrapped_call_impl`` -> ``_call_impl``).
+CALL_FRAMES = ("_call_impl",)
+MAX_STACK_DEPTH = 4000
+IDLE_POLL_S = 0.02
 
 _get_ident = threading.get_ident
 _time = time.time
@@ -52,25 +65,24 @@ class ReloadFailed(Exception):
 
 
 class ModelGuard:
-    """State shared by a root model's hooks and the model manager.
+    """State shared by a model's hooks and the model manager.
 
-    Holds no strong reference to the module (the module holds the hooks,
-    the hooks hold the guard).  ``reloader(guard, reason)`` performs a reload
-    (set by the manager when the model is unloaded) and returns None or an
-    error text; it runs without the lock held.
+    Holds no strong reference to the module (the module holds the hooks, the
+    hooks hold the slot, the slot holds the guard).  ``reloader(guard,
+    reason)`` performs a reload (set by the manager when the model is
+    unloaded) and returns None or an error text; it runs without the lock held.
     """
 
-    __slots__ = ("lock", "cond", "state", "counts", "waiting", "cell", "module_ref",
-                 "model_id", "pinned", "offload", "reloader", "target", "sub_handles",
-                 "reloads", "__weakref__")
+    __slots__ = ("lock", "cond", "state", "cell", "module_ref", "model_id", "pinned", "offload",
+                 "reloader", "target", "reloads", "first_seen", "grad_seen", "waiters",
+                 "__weakref__")
 
-    def __init__(self, module: Any, model_id: str | None = None) -> None:
+    def __init__(self, module: Any, model_id: str | None = None,
+                 first_seen: float | None = None) -> None:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.state = RESIDENT
-        self.counts: dict[int, int] = {}  # thread id -> forwards in flight
-        self.waiting = 0  # threads waiting on cond for the counts to drain
-        self.cell: list = [None]  # last forward, epoch seconds
+        self.cell: list = [None]  # last call, epoch seconds
         try:
             self.module_ref = weakref.ref(module)
         except TypeError:
@@ -80,16 +92,21 @@ class ModelGuard:
         self.offload: Any = None  # the manager's record while offloaded
         self.reloader: Callable[["ModelGuard", str], str | None] | None = None
         self.target: str | None = None
-        self.sub_handles: list = []
         self.reloads = 0
+        self.first_seen = _time() if first_seen is None else first_seen  # epoch seconds
+        self.grad_seen: float | None = None  # epoch seconds gradients were last seen
+        self.waiters: set = set()  # threads waiting in ensure_resident (not running the model)
         _ALL_GUARDS.add(self)
 
     @property
     def last_used(self) -> float | None:
         return self.cell[0]
 
-    def inflight(self) -> int:
-        return sum(self.counts.values())
+    @property
+    def idle_since(self) -> float:
+        """Epoch seconds the idle clock counts from: the last call, else first sight."""
+        last = self.cell[0]
+        return self.first_seen if last is None else last
 
     def ensure_resident(self, reason: str) -> bool:
         """Call with ``lock`` held; returns with it held and the model resident.
@@ -123,107 +140,156 @@ class ModelGuard:
                                        "stays offloaded" % (self.model_id, error))
                 did = True
             else:
-                self.cond.wait(0.5)
+                tid = _get_ident()
+                self.waiters.add(tid)
+                try:
+                    self.cond.wait(0.5)
+                finally:
+                    self.waiters.discard(tid)
         return did
 
-    def end(self, tid: int) -> None:
-        """One forward of ``tid`` ended (lock held)."""
-        counts = self.counts
-        n = counts.get(tid, 0)
-        if n > 1:
-            counts[tid] = n - 1
-        elif n == 1:
-            del counts[tid]
-            if self.waiting and not counts:
-                self.cond.notify_all()
+    def make_resident(self, reason: str) -> None:
+        """Bring an offloaded model back from any user call site (no lock held).
 
-    def stale_threads(self) -> list[int]:
-        """Threads counted in flight that are not inside this module's forward.
+        Used where the weights are reached without a forward: attribute access
+        on an offloaded module, compilation, scripting.  A failed reload
+        raises RuntimeError, as a forward would."""
+        if self.state is RESIDENT:
+            return
+        try:
+            with self.lock:
+                self.ensure_resident(reason)
+        except ReloadFailed as exc:
+            raise RuntimeError(str(exc)) from None
 
-        A KeyboardInterrupt skips torch's always-called forward hooks and
-        leaves a count behind; a dead thread leaves one too.  Slow (walks
-        stacks): only for the unload path.
-        """
+    def running_threads(self) -> list[int]:
+        """Threads (other than this one) inside a call of the model or of any
+        module below it, not counting those waiting in its hook for an unload
+        to end.  Walks every thread's stack: for the unload path and a model
+        the idle timer is about to unload, never per call."""
         module = self.module_ref()
+        if module is None:
+            return []
+        ids = {id(m) for m in _fig.subtree(module)}
+        skip = set(self.waiters)
+        skip.add(_get_ident())
         frames = sys._current_frames()
-        stale = []
-        for tid in list(self.counts):
-            frame = frames.get(tid)
-            if frame is None:
-                stale.append(tid)
-                continue
-            found = False
-            depth = 0
-            while frame is not None and depth < 2000 and not found:
-                code = frame.f_code
-                if code.co_name in ("_call_impl", "_wrapped_call_impl") and module is not None:
-                    try:
-                        found = frame.f_locals.get("self") is module
-                    except Exception:
-                        found = True  # cannot tell: assume it is running
-                frame = frame.f_back
-                depth += 1
-            if not found:
-                stale.append(tid)
-        del frames
-        return stale
+        try:
+            return [tid for tid, frame in frames.items()
+                    if tid not in skip and _calls_into(frame, ids, 1)]
+        finally:
+            del frames
+
+    def inside(self) -> bool:
+        """Is this thread already inside a call of the model (beyond the call
+        whose hook is running now)?"""
+        module = self.module_ref()
+        if module is None:
+            return False
+        return _calls_into(sys._getframe(1), {id(m) for m in _fig.subtree(module)}, 2)
 
     def wait_idle(self, timeout: float) -> bool:
-        """Lock held, state UNLOADING (new forwards wait, re-entries pass):
-        wait until no forward is in flight; False on timeout."""
-        if self.counts:
-            for tid in self.stale_threads():
-                self.counts.pop(tid, None)
+        """Lock held, state UNLOADING (new calls wait in the hook, a thread
+        already inside passes): wait until no thread is inside; False on timeout."""
         deadline = time.monotonic() + timeout
-        while self.counts:
+        while self.running_threads():
             left = deadline - time.monotonic()
             if left <= 0:
-                for tid in self.stale_threads():
-                    self.counts.pop(tid, None)
-                return not self.counts
-            self.waiting += 1
-            try:
-                self.cond.wait(min(left, 0.25))
-            finally:
-                self.waiting -= 1
+                return False
+            self.cond.wait(min(left, IDLE_POLL_S))
         return True
 
 
-class _Hook:
-    """A hook holding its model's guard.  A copy or pickle of the model (deepcopy,
-    torch.save of the whole module) gets a do-nothing callable in its place: the
-    copy is not managed, and the guard (locks, weights) never travels with it."""
+def _calls_into(frame: Any, ids: set, needed: int) -> bool:
+    """Does the stack from ``frame`` hold ``needed`` Module calls of ``ids``?"""
+    found = 0
+    depth = 0
+    while frame is not None and depth < MAX_STACK_DEPTH:
+        if frame.f_code.co_name in CALL_FRAMES:
+            try:
+                this = frame.f_locals.get("self")
+            except Exception:
+                return True  # cannot tell: assume it is running
+            if id(this) in ids:
+                found += 1
+                if found >= needed:
+                    return True
+        frame = frame.f_back
+        depth += 1
+    return False
 
-    __slots__ = ("guard", "compiling", "__weakref__")
 
-    def __init__(self, guard: ModelGuard, compiling: Any) -> None:
-        self.guard = guard
+class Slot:
+    """What one module's hook reports to; the agent thread re-points it.
+
+    ``guard`` None: inert.  ``used`` is set by the first call, ``seen`` keeps
+    the time of calls made before the agent assigned a guard (a model built
+    and run in one notebook cell), ``traced`` that torch.jit.trace recorded a
+    call.  ``announce(module)`` tells the agent about a module it has not met
+    (a deep copy), once.
+    """
+
+    __slots__ = ("guard", "used", "seen", "traced", "announce", "handle", "__weakref__")
+
+    def __init__(self, announce: Callable[[Any], None] | None = None) -> None:
+        self.guard: ModelGuard | None = None
+        self.used = False
+        self.seen: float | None = None
+        self.traced = False  # called while torch.jit.trace was recording
+        self.announce = announce
+        self.handle: Any = None
+
+
+class _PreHook:
+    """Forward pre-hook: transparent reload and last-used time.
+
+    Pickled: a do-nothing stdlib callable, so the file loads anywhere.
+    Deep-copied: an inert hook with a fresh slot, so the copy is a model of
+    its own, never managed through the original's guard."""
+
+    __slots__ = ("slot", "compiling", "tracing", "__weakref__")
+    __name__ = "vram_steward_pre"
+
+    def __init__(self, slot: Slot, compiling: Any, tracing: Any = None) -> None:
+        self.slot = slot
         self.compiling = compiling
+        self.tracing = tracing
 
     def __reduce__(self) -> Any:
         return (getattr, (0, "__init__"))
 
-
-class _PreHook(_Hook):
-    """Forward pre-hook: transparent reload, in-flight count, last-used time."""
-
-    __slots__ = ()
-    __name__ = "vram_steward_pre"
+    def __deepcopy__(self, memo: dict) -> "_PreHook":
+        slot = memo.get(id(self.slot))
+        if slot is None:
+            slot = memo[id(self.slot)] = Slot(self.slot.announce)
+        return _PreHook(slot, self.compiling, self.tracing)
 
     def __call__(self, module: Any, args: Any) -> None:
         try:
             if self.compiling():
                 return None
-            g = self.guard
-            tid = _get_ident()
-            with g.lock:
-                counts = g.counts
-                if g.state is not RESIDENT and not (g.state is UNLOADING and counts.get(tid)):
-                    # (a thread already inside this model's forward may re-enter
-                    # while an unload drains: the copy starts only once all end)
-                    g.ensure_resident("forward")
-                counts[tid] = counts.get(tid, 0) + 1
+            slot = self.slot
+            tracing = self.tracing
+            if tracing is not None and tracing():
+                slot.traced = True  # its weights now live on in a traced ScriptModule
+            g = slot.guard
+            if g is None:
+                slot.seen = _time()
+                if not slot.used:
+                    slot.used = True
+                    announce = slot.announce
+                    if announce is not None:
+                        announce(module)
+                return None
+            if g.state is not RESIDENT:
+                with g.lock:
+                    # A thread already inside the model may go on while an
+                    # unload waits for it (the copy starts only once all left).
+                    if not (g.state is UNLOADING and g.inside()):
+                        g.ensure_resident("forward")
             g.cell[0] = _time()
+            if not slot.used:
+                slot.used = True
         except ReloadFailed as exc:
             raise RuntimeError(str(exc)) from None
         except Exception:
@@ -231,71 +297,49 @@ class _PreHook(_Hook):
         return None
 
 
-class _PostHook(_Hook):
-    """Forward hook (always_call=True): the forward of this thread ended."""
-
-    __slots__ = ()
-    __name__ = "vram_steward_post"
-
-    def __call__(self, module: Any, args: Any, output: Any) -> None:
-        try:
-            if self.compiling():
-                return None
-            g = self.guard
-            tid = _get_ident()
-            with g.lock:  # inlined ModelGuard.end (this runs on every forward)
-                counts = g.counts
-                n = counts.get(tid, 0)
-                if n > 1:
-                    counts[tid] = n - 1
-                elif n == 1:
-                    del counts[tid]
-                    if g.waiting and not counts:
-                        g.cond.notify_all()
-        except Exception:
-            pass
-        return None
+def slot_of(module: Any) -> Slot | None:
+    """The slot of the agent's hook on ``module``, or None (reads, never writes)."""
+    hook = hook_of(module)
+    return hook.slot if hook is not None else None
 
 
-class SubmoduleReloadHook(_Hook):
-    """Temporary pre-hook on every submodule while the root is offloaded.
-
-    A model may be called through a submodule (``model.encoder(x)``), which
-    the root's hooks never see: this hook reloads the root first.
-    """
-
-    __slots__ = ()
-    __name__ = "vram_steward_submodule_reload"
-
-    def __call__(self, module: Any, args: Any) -> None:
-        try:
-            if self.compiling():
-                return None
-            g = self.guard
-            if g.state is RESIDENT:
-                return None
-            with g.lock:
-                if g.state is UNLOADING and g.counts.get(_get_ident()):
-                    return None  # inside the root's own forward while an unload drains
-                g.ensure_resident("forward")
-        except ReloadFailed as exc:
-            raise RuntimeError(str(exc)) from None
-        except Exception:
-            pass
-        return None
-
-
-def install(module: Any, guard: ModelGuard, compiling: Any) -> list:
-    """Register the two hooks on ``module``; returns their handles."""
-    pre = module.register_forward_pre_hook(_PreHook(guard, compiling), prepend=True)
+def hook_of(module: Any) -> "_PreHook | None":
     try:
-        post = module.register_forward_hook(_PostHook(guard, compiling), always_call=True)
-    except TypeError:  # torch < 2.0: no always_call; the pre-hook alone still records time
-        post = None
-    except BaseException:
-        pre.remove()
-        raise
-    return [h for h in (pre, post) if h is not None]
+        hooks = module.__dict__.get("_forward_pre_hooks")
+        if not hooks:
+            return None
+        for hook in list(hooks.values()):
+            if type(hook) is _PreHook:
+                return hook
+    except Exception:
+        return None
+    return None
+
+
+def install(module: Any, slot: Slot, compiling: Any, tracing: Any = None) -> None:
+    """Register a new hook on ``module`` (the user's thread only)."""
+    register(module, slot, _PreHook(slot, compiling, tracing))
+
+
+def register(module: Any, slot: Slot, hook: "_PreHook") -> None:
+    """Register this hook object on ``module`` (the user's thread only)."""
+    slot.handle = module.register_forward_pre_hook(hook, prepend=True)
+
+
+def uninstall(module: Any, slot: Slot) -> None:
+    """Remove the hook (the user's thread, while the module is being built)."""
+    handle, slot.handle = slot.handle, None
+    if handle is not None:
+        try:
+            handle.remove()
+            return
+        except Exception:
+            pass
+    # A deep copy's hook has no handle of its own: find it by type.
+    hooks = module.__dict__.get("_forward_pre_hooks")
+    for key, hook in list((hooks or {}).items()):
+        if type(hook) is _PreHook and hook.slot is slot:
+            hooks.pop(key, None)
 
 
 def _reinit_after_fork() -> None:
@@ -305,8 +349,7 @@ def _reinit_after_fork() -> None:
         for g in list(_ALL_GUARDS):
             g.lock = threading.Lock()
             g.cond = threading.Condition(g.lock)
-            g.counts = {}
-            g.waiting = 0
+            g.waiters = set()
     except BaseException:
         pass
 

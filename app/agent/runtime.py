@@ -13,25 +13,22 @@ import threading
 import time
 from typing import Any
 
-from . import introspect, log as _log, manager as _manager, models, paths, protocol, registry
-from . import torch_hooks
-from .server import BadParams, Options, Server
+from . import eligibility, integrations, introspect, log as _log, manager as _manager, models
+from . import paths, protocol, registry, torch_hooks
+from .errors import BadParams
+from .server import Options, Server
 
 AGENT_VERSION = "0.1.0"
 REGISTRY_INTERVAL_S = 60.0
 
-_OPTION_NAMES = {"runtime_dir", "transport", "partial_timeout", "idle_timeout",
-                 "max_connections", "max_output", "tick_interval", "registry_interval",
-                 "last_used", "force"}
+_SERVER_OPTIONS = ("partial_timeout", "idle_timeout", "max_connections", "max_output",
+                   "tick_interval", "max_subscribers", "grace_period", "backlog")
+_OPTION_NAMES = {"runtime_dir", "transport", "registry_interval", "last_used", "force",
+                 *_SERVER_OPTIONS}
 
 _lock = threading.Lock()
 _agent: "Agent | None" = None
 _atexit_registered = False
-
-
-#: The background tick leaves the one-time heap scan (tens of ms holding the
-#: GIL on a big heap) until the host has moved on from starting the agent.
-SCAN_DELAY_S = 2.0
 
 
 def multiprocessing_child() -> bool:
@@ -55,7 +52,8 @@ class Agent:
             last_used=bool(options.get("last_used", True)) and env_last_used)
         self.server: Server | None = None
         self.watch = introspect.CudaWatch(self._emit)
-        self.manager = _manager.Manager(self.tracker, self._emit)
+        self.steps = eligibility.OptimizerSteps()
+        self.manager = _manager.Manager(self.tracker, self._emit, self.steps)
         self.registry_dir = ""
         self.registry_path = ""
         self.entry: dict[str, Any] = {}
@@ -75,9 +73,7 @@ class Agent:
             transport = "unix" if hasattr(socket, "AF_UNIX") and sys.platform != "win32" else "tcp"
         self.registry_dir = paths.ensure_registry_dir(runtime)
         address = paths.socket_path(runtime, self.pid) if transport == "unix" else None
-        server_opts = Options(**{k: opts[k] for k in ("partial_timeout", "idle_timeout",
-                                                      "max_connections", "max_output",
-                                                      "tick_interval") if k in opts})
+        server_opts = Options(**{k: opts[k] for k in _SERVER_OPTIONS if k in opts})
         hello = {"protocol": protocol.PROTOCOL_VERSION, "agent": AGENT_VERSION, "pid": self.pid}
         handlers = {
             "report": (self._report, False),
@@ -104,6 +100,11 @@ class Agent:
                 self.on_torch_imported(torch, existing=True)
             elif "torch" not in sys.modules:
                 torch_hooks.install(_on_torch_imported)
+            else:
+                _log.log("torch is being imported by another thread: models built before "
+                         "the next start() are not managed")
+            if "torch._dynamo" not in sys.modules:
+                torch_hooks.install(_on_dynamo_imported, "torch._dynamo")
             self.running = True
             self._next_maintenance = time.monotonic() + self.registry_interval
             server.start()
@@ -120,10 +121,11 @@ class Agent:
                                                           self.start_seconds * 1000))
 
     def on_torch_imported(self, torch: Any, existing: bool = False) -> None:
-        """In the user's thread (start() or the import hook): install the hooks."""
-        self.tracker.hooks = models.install_global_hooks(torch)
+        """In the user's thread (start() or the import hook): torch's hooks, and
+        the hooks of the models built before the agent started."""
+        integrations.on_torch(torch, self.tracker, self.steps)
         if existing:
-            self.tracker.scan_needed = True  # modules made before we started
+            self.tracker.attach_existing(torch)
 
     def stop(self) -> None:
         self.running = False
@@ -133,7 +135,7 @@ class Agent:
         if os.getpid() == self.pid:
             registry.remove_entry(self.registry_path)
         self.tracker.deactivate()
-        self.tracker.remove_hooks()
+        self.tracker.release()
         self.watch.deactivate()
 
     def after_fork_in_child(self) -> None:
@@ -179,11 +181,11 @@ class Agent:
                 self.entry["torch"] = str(torch.__version__)
                 self._write_registry()
             # Roots are refreshed here too (cheap unless the hooks saw a change),
-            # so "last used" hooks are in place within a tick of a model's
-            # creation, not only once somebody asks for a report.
+            # so a model's hooks count for it within a tick of its creation,
+            # and a model a freed wrapper held is listed again within a tick.
             before = self.tracker._root_ids
             try:
-                self.tracker.refresh(torch, allow_scan=time.time() - self.started_at > SCAN_DELAY_S)
+                self.tracker.refresh(torch)
             except Exception:
                 _log.log_exc("model refresh failed")
             server = self.server
@@ -232,6 +234,13 @@ def _on_torch_imported(torch: Any) -> None:
             agent.on_torch_imported(torch)
     except Exception:
         _log.log_exc("on_torch_imported failed")
+
+
+def _on_dynamo_imported(dynamo: Any) -> None:
+    try:
+        integrations.on_dynamo(dynamo)
+    except Exception:
+        _log.log_exc("on_dynamo_imported failed")
 
 
 def start(**options: Any) -> bool:

@@ -1,11 +1,12 @@
-"""A post-import hook for ``torch``: run a callback in the importing thread
-right after torch's module finished executing.
+"""Post-import hooks for ``torch`` and ``torch._dynamo``: run a callback in
+the importing thread right after the module finished executing.
 
 A ``sys.meta_path`` finder delegates to the finders after it, then wraps the
 found loader's ``exec_module`` on that loader instance only (the spec and
 loader objects stay torch's own).  Once torch is imported the finder goes
 inert and is dropped from ``sys.meta_path`` by rebinding the list (an
 in-place removal could make another thread's concurrent import skip a finder).
+One finder per module name.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from typing import Any, Callable
 from . import log as _log
 
 
-class _TorchFinder:
-    def __init__(self, callback: Callable[[Any], None]) -> None:
+class _Finder:
+    def __init__(self, name: str, callback: Callable[[Any], None]) -> None:
+        self.name = name
         self.callback = callback
         self.done = False
         self._local = threading.local()
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "torch" or self.done or getattr(self._local, "busy", False):
+        if fullname != self.name or self.done or getattr(self._local, "busy", False):
             return None
         self._local.busy = True
         try:
@@ -52,7 +54,7 @@ class _TorchFinder:
                         del loader.exec_module  # back to the class's method
                     except Exception:
                         pass
-                if sys.modules.get("torch") is module or "torch" in sys.modules:
+                if sys.modules.get(finder.name) is module or finder.name in sys.modules:
                     finder._fire(module)
 
             try:
@@ -61,7 +63,7 @@ class _TorchFinder:
                 return spec  # loader does not take attributes: start() covers it later
             return spec
         except Exception:
-            _log.log_exc("torch import hook: find_spec failed")
+            _log.log_exc("%s import hook: find_spec failed" % self.name)
             return None
         finally:
             self._local.busy = False
@@ -75,40 +77,39 @@ class _TorchFinder:
         except Exception:
             pass
         try:
-            self.callback(sys.modules.get("torch", module))
+            self.callback(sys.modules.get(self.name, module))
         except Exception:
-            _log.log_exc("on_torch_imported failed")
+            _log.log_exc("post-import callback for %s failed" % self.name)
 
 
-_finder: _TorchFinder | None = None
+_finders: dict[str, _Finder] = {}
 _lock = threading.Lock()
 
 
-def install(callback: Callable[[Any], None]) -> bool:
-    """Call ``callback(torch)`` in the importing thread once torch is imported.
+def install(callback: Callable[[Any], None], name: str = "torch") -> bool:
+    """Call ``callback(module)`` in the importing thread once ``name`` is imported.
 
-    Returns False (and does nothing) if torch is already imported.
+    Returns False (and does nothing) if it is already imported.
     """
-    global _finder
     with _lock:
-        if "torch" in sys.modules:
+        if name in sys.modules:
             return False
-        if _finder is not None and not _finder.done:
-            _finder.callback = callback
+        finder = _finders.get(name)
+        if finder is not None and not finder.done:
+            finder.callback = callback
             return True
-        _finder = _TorchFinder(callback)
-        sys.meta_path.insert(0, _finder)
+        finder = _finders[name] = _Finder(name, callback)
+        sys.meta_path.insert(0, finder)
         return True
 
 
 def uninstall() -> None:
-    global _finder
     with _lock:
-        finder = _finder
-        _finder = None
-        if finder is not None:
+        finders = list(_finders.values())
+        _finders.clear()
+        for finder in finders:
             finder.done = True
-            try:
-                sys.meta_path = [f for f in sys.meta_path if f is not finder]
-            except Exception:
-                pass
+        try:
+            sys.meta_path = [f for f in sys.meta_path if not any(f is x for x in finders)]
+        except Exception:
+            pass

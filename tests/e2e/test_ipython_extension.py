@@ -18,12 +18,14 @@ BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"
 
 SESSION = r"""
 import sys, json, os
+import torch
+earlier = torch.nn.Linear(8, 4).eval()  # built in a cell before the extension was loaded
 sys.path.insert(0, {bootstrap!r})
 get_ipython().run_line_magic("load_ext", "vram_steward_agent")
-import torch
-model = torch.nn.Linear(64, 32).eval()
+model = torch.nn.Linear(64, 32).eval()  # built and used in one cell
 with torch.no_grad():
     model(torch.ones(1, 64))
+    earlier(torch.ones(1, 8))
 import time
 entries = os.path.join({runtime!r}, "agents")
 deadline = time.time() + 30
@@ -33,13 +35,21 @@ print("ENTRY " + json.dumps(sorted(os.listdir(entries))), flush=True)
 sys.path.insert(0, {root!r})
 from app.core.agent_client import read_registry, query_report
 [entry] = read_registry({runtime!r})
+from app.core.agent_client import unload
 for _ in range(50):
     report = query_report(entry, 10.0)
-    if report.models:
+    if len(report.models) == 2:
         break
     time.sleep(0.1)
+big = next(m for m in report.models if m.params == 64 * 32 + 32)
+result = unload(entry, big.id, to=None)  # eval, requires_grad left True: no force needed
+with torch.no_grad():
+    same = torch.equal(model(torch.ones(1, 64)), model(torch.ones(1, 64)))
 print("REPORT " + json.dumps({{"pid": report.pid, "me": os.getpid(),
-      "params": [m.params for m in report.models]}}), flush=True)
+      "params": sorted(m.params for m in report.models),
+      "used": [m.last_used is not None for m in report.models],
+      "unloaded": [result.ok, result.event.state if result.event else None, result.error],
+      "same": same}}), flush=True)
 get_ipython().run_line_magic("unload_ext", "vram_steward_agent")
 print("AFTER " + json.dumps(sorted(os.listdir(entries))), flush=True)
 """
@@ -60,6 +70,10 @@ def test_load_ext_starts_the_agent_in_an_ipython_shell():
     assert "REPORT" in lines, done.stdout + done.stderr
     report = json.loads(lines["REPORT"])
     assert report["pid"] == report["me"]  # the agent runs inside the kernel process
-    assert report["params"] == [64 * 32 + 32]
+    assert report["params"] == [8 * 4 + 4, 64 * 32 + 32]
+    # both calls were seen: the one in the cell that built the model, and the
+    # one of a model built before %load_ext (its hooks were placed by start())
+    assert report["used"] == [True, True]
+    assert report["unloaded"] == [True, "offloaded", None] and report["same"] is True
     assert json.loads(lines["ENTRY"]) == [f"{report['me']}.json"]
     assert json.loads(lines["AFTER"]) == []  # %unload_ext removes the registration

@@ -185,3 +185,34 @@ def training_child():
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture
+def live():
+    """A tracker and manager fed by torch's registration hooks, as in a running
+    agent, but driven by the test (``live.refresh()`` is the agent's tick)."""
+    import types
+
+    import torch
+
+    from app.agent import integrations, manager, models
+
+    previous, previous_steps = models._ACTIVE, list(integrations._STEP_HOOK)
+    tracker = models.ModelTracker()
+    mgr = manager.Manager(tracker)
+    tracker.activate()
+    integrations.on_torch(torch, tracker, mgr.steps)
+
+    def refresh():
+        tracker.refresh(torch)
+        return tracker
+
+    def listed():
+        refresh()
+        return tracker.models([], mgr.annotate)
+
+    yield types.SimpleNamespace(tracker=tracker, manager=mgr, refresh=refresh, listed=listed)
+    tracker.deactivate()
+    tracker.release()
+    models._ACTIVE = previous  # an agent this module started keeps being fed
+    integrations._STEP_HOOK[:] = previous_steps or integrations._STEP_HOOK

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from app.agent import models, runtime
+from app.agent import figures, models, runtime
 
 from .conftest import Client, short_tmpdir
 
@@ -120,7 +120,7 @@ def test_hf_like_name_and_training_flag_and_last_used(agent):
     assert m["training"] is False and m["last_used"] is not None and m["last_used"] >= t0 - 1
     model.config._name_or_path = ""
     model.config.architectures = ["TinyForCausalLM"]
-    assert models.friendly_name(model) == "TinyForCausalLM"
+    assert figures.friendly_name(model) == "TinyForCausalLM"
     # the hook pickles to a harmless no-op: torch.save(model) keeps working
     import io
     import pickle
@@ -144,9 +144,13 @@ def test_dtype_and_device_mixed(agent):
 
     mixed = Mixed()
     [m] = by_class(report(agent), "Mixed")
-    assert m["dtype"] == "mixed" and m["device"] == "mixed" and m["requires_grad"] is False
-    assert m["bytes_by_device"]["meta"]["params"] == 6 * 4
+    assert m["dtype"] == "mixed" and m["requires_grad"] is False
+    # Meta tensors are placeholders for weights held elsewhere: never a device.
+    assert m["device"] == "cpu" and "meta" not in m["bytes_by_device"]
+    assert m["placeholder_bytes"] == 6 * 4
     assert m["bytes_by_device"]["cpu"]["params"] == 6 * 2 + 6 * 4
+    assert m["param_bytes"] == 6 * 2 + 6 * 4
+    assert m["unload_blocker"] == "meta placeholders"
 
 
 def test_pipeline_grouping(agent, monkeypatch):
@@ -184,7 +188,7 @@ def test_find_groups_with_components_dict():
 
     h = Holder()
     ids = {a: "m1", b: "m2", c: "m3"}
-    assert models.find_groups([a, b, c], ids) == {"m1": "Holder", "m2": "Holder"}
+    assert figures.find_groups([a, b, c], ids) == {"m1": "Holder", "m2": "Holder"}
     del h
 
 
@@ -254,3 +258,105 @@ def test_jit_script_works_on_a_model_with_the_last_used_hook(agent):
     # Errors from TorchScript itself still reach the caller unchanged.
     with pytest.raises(Exception):
         torch.jit.script(lambda: undefined_name)  # noqa: F821
+
+
+# -- one model, one entry, as the user knows it ------------------------------------
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 8)
+        self.b = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def entries(live, cls="MLP"):
+    return [i for i in live.listed() if i["class"].endswith("." + cls)]
+
+
+def test_export_lists_the_model_once_and_marks_it(live):
+    model = MLP().eval()
+    x = torch.randn(2, 4)
+    ep = torch.export.export(model, (x,))
+    runnable = ep.module()
+    assert torch.equal(runnable(x), model(x))
+    listed = live.listed()
+    assert [i["class"].rsplit(".", 1)[-1] for i in listed] == ["MLP"], listed
+    assert listed[0]["unload_blocker"] == "torch.export"
+    del ep, runnable
+    gc.collect()
+    assert [i["id"] for i in entries(live)] == [listed[0]["id"]]
+
+
+def test_compile_wrapper_is_never_listed_and_its_death_changes_nothing(live):
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="eager")
+    compiled(torch.randn(1, 4))
+    [info] = live.listed()
+    assert info["class"].endswith(".MLP") and info["unload_blocker"] == "torch.compile"
+    del compiled
+    gc.collect()
+    assert [i["id"] for i in live.listed()] == [info["id"]]
+
+
+def test_fx_graph_module_is_hidden_and_marks_its_source(live):
+    model = MLP().eval()
+    gm = torch.fx.symbolic_trace(model)
+    assert torch.equal(gm(torch.ones(1, 4)), model(torch.ones(1, 4)))
+    listed = live.listed()
+    assert [i["class"].rsplit(".", 1)[-1] for i in listed] == ["MLP"]
+    assert listed[0]["unload_blocker"] == "torch.fx"
+
+
+def test_a_freed_user_wrapper_gives_the_model_back_within_a_tick(agent):
+    class Holder(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+    inner = MLP().eval()
+    inner(torch.ones(1, 4))
+    [before] = by_class(report(agent), "MLP")
+    holder = Holder(inner)
+    time.sleep(0.2)
+    assert by_class(report(agent), "MLP") == [] and len(by_class(report(agent), "Holder")) == 1
+    del holder
+    gc.collect()
+    time.sleep(0.15)  # the agent's own tick (50 ms) relists it; no report needed
+    rep = agent.client.call("report", {"models": True})["result"]
+    [after] = by_class(rep, "MLP")
+    assert after["id"] == before["id"]
+
+
+def test_memory_shared_through_data_is_counted_once(live):
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.out = nn.Linear(4, 10, bias=False)
+            self.out.weight = nn.Parameter(self.emb.weight.data)  # same memory, two objects
+
+    model = Tied()
+    [info] = entries(live, "Tied")
+    assert info["param_bytes"] == 10 * 4 * 4 and info["params"] == 40
+
+
+def test_a_module_held_by_two_models_blocks_both(live):
+    shared = nn.Linear(3, 3)
+
+    class A(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = shared
+            self.own = nn.Linear(3, 3)
+
+    a, b = A().eval(), A().eval()
+    infos = entries(live, "A")
+    assert len(infos) == 2
+    ids = {i["id"] for i in infos}
+    for i in infos:
+        other = (ids - {i["id"]}).pop()
+        assert i["unload_blocker"] == "shares tensors with %s" % other
+    del a, b

@@ -1,0 +1,174 @@
+"""May this model be unloaded?  Decided from evidence, never from ``requires_grad``.
+
+Every Hugging Face ``from_pretrained`` model and every diffusers pipeline
+keeps ``requires_grad=True`` on its parameters in eval mode, so that flag says
+nothing.  A model counts as **training** when there is evidence of it:
+
+* it is in train mode (``model.training``);
+* its parameters hold gradients;
+* an optimizer stepped its parameters within ``TRAINING_WINDOW_S`` (torch's
+  global optimizer step hook tells);
+* gradients were seen on it within ``TRAINING_WINDOW_S`` (a backward pass).
+
+Training evidence refuses an unload unless ``force`` (manual only) and keeps
+the model from ever being unloaded automatically.
+
+Some models are never unloaded, force or not (``unload_blocker``): weights
+also reached by compiled, exported or traced code (torch.compile, torch.export,
+torch.fx, TorchScript), tensors shared with another model, meta placeholders
+(weights held elsewhere), tensors the manager cannot move, no hooks.
+
+Automatically (the idle timer, the app's memory-pressure policy) a model
+must also not be pinned, and for the idle timer its weights must be on a GPU.
+Its idle time counts from the last call of the model or of one of its direct
+parts, or, before any, from when the agent first saw it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any
+
+from . import figures as _fig
+from . import storage
+from .guard import slot_of
+
+TRAINING_WINDOW_S = 600.0
+
+#: Short blocker label -> the sentence a refused unload carries.
+REFUSALS = {
+    "torch.compile": "used through torch.compile: its compiled code holds the weights "
+                     "where they are (moving them would break or recompile it)",
+    "torch.export": "exported with torch.export: the exported program holds the same "
+                    "weights",
+    "torch.fx": "part of a torch.fx GraphModule that holds the same weights",
+    "TorchScript": "traced or scripted with TorchScript: the script module holds the same "
+                   "weights",
+    "torch.func": "held by a torch.func transform",
+    "torch internals": "held by torch's own machinery",
+    "no agent hooks": "the agent has no hooks on it (hooks are off: VRAM_STEWARD_LAST_USED=0 "
+                      "or start(last_used=False), or it was built inside another model "
+                      "that is gone)",
+}
+
+
+def ago(seconds: float) -> str:
+    """``40 s``, ``12 min``, ``3 h``: one style for the agent's texts."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return "%d s" % seconds
+    if seconds < 3600:
+        return "%d min" % (seconds // 60)
+    return "%d h" % (seconds // 3600)
+
+
+class OptimizerSteps:
+    """When each optimizer last stepped (torch's global step post-hook)."""
+
+    def __init__(self) -> None:
+        self._stepped: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._params: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self.compiling: Any = None
+
+    def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """The hook itself (the user's thread, every step): O(1), never raises."""
+        try:
+            compiling = self.compiling
+            if compiling is not None and compiling():
+                return None
+            self._stepped[optimizer] = time.time()
+        except Exception:
+            pass
+        return None
+
+    def last_step(self, tensor_ids: set, now: float) -> float | None:
+        """The latest step within the window of an optimizer holding any of
+        ``tensor_ids`` (agent thread)."""
+        best = None
+        for opt, when in list(self._stepped.items()):
+            if now - when > TRAINING_WINDOW_S or (best is not None and when <= best):
+                continue
+            if not tensor_ids.isdisjoint(self._param_ids(opt)):
+                best = when
+        return best
+
+    def _param_ids(self, opt: Any) -> set:
+        try:
+            groups = list(opt.param_groups)
+            key = (len(groups), sum(len(g.get("params", ())) for g in groups))
+            cached = self._params.get(opt)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            ids = {id(p) for g in groups for p in list(g.get("params", ()))}
+            self._params[opt] = (key, ids)
+            return ids
+        except Exception:
+            return set()
+
+
+def has_grad(module: Any) -> bool:
+    """Any parameter holding a gradient (stops at the first)."""
+    for m in _fig.subtree(module):
+        for p in _fig.values(m, "_parameters"):
+            if p is not None and _fig.grad_of(p) is not None:
+                return True
+    return False
+
+
+def training_evidence(module: Any, guard: Any, figures: dict, steps: OptimizerSteps,
+                      now: float | None = None) -> str | None:
+    """Why the model looks like it is training, or None."""
+    now = time.time() if now is None else now
+    if module.__dict__.get("training", False):
+        return "train mode"
+    if figures.get("has_grad"):
+        return "gradients present"
+    stepped = steps.last_step(figures.get("tensor_ids") or set(), now)
+    if stepped is not None:
+        return "optimizer step %s ago" % ago(now - stepped)
+    seen = getattr(guard, "grad_seen", None)
+    if seen is not None and now - seen <= TRAINING_WINDOW_S:
+        return "backward %s ago" % ago(now - seen)
+    return None
+
+
+def unload_blocker(module: Any, guard: Any, tracker: Any, figures: dict) -> str | None:
+    """Why no unload (forced or not) may touch this model, or None."""
+    if guard is None or not tracker.last_used_enabled or slot_of(module) is None:
+        return "no agent hooks"
+    mark = tracker.marks(module, figures)
+    if mark is not None:
+        return mark
+    if figures.get("placeholder_bytes"):
+        return "meta placeholders"
+    unmovable = figures.get("unmovable")
+    if unmovable:
+        return unmovable
+    shared = tracker.shared_with(module)
+    if shared is not None:
+        return "shares tensors with %s" % shared
+    return None
+
+
+def refusal(blocker: str) -> str:
+    """The sentence for a refused unload."""
+    if blocker in REFUSALS:
+        return REFUSALS[blocker]
+    if blocker == "meta placeholders":
+        return "holds meta tensors (placeholders for weights held elsewhere)"
+    return "holds " + blocker if not blocker.startswith("shares") else blocker
+
+
+def on_gpu(module: Any, guard: Any) -> bool:
+    """The idle timer applies only to models with weights on a GPU (home device)."""
+    rec = guard.offload if guard is not None else None
+    if rec is not None:
+        return any(storage.is_cuda(g.device) for g in rec.groups)
+    for t in _fig.tensors(module):
+        if storage.is_cuda(t.device):
+            return True
+    return False
+

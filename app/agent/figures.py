@@ -1,0 +1,271 @@
+"""What a model is, read from the module alone: its tree, sizes and names.
+
+Read-only and cheap enough for 1 Hz: tensor metadata only (device, dtype,
+numel, element size), never the data.  Dict values are read with
+``dict.values(d)``: while a model is offloaded its parameter dicts reload it
+on access (``storage.OffloadedDict``) and the agent must never trigger that.
+"""
+
+from __future__ import annotations
+
+import gc
+import types
+import weakref
+from typing import Any
+
+DYNAMO_STAMP = "_dynamo_static_input_type"  # set by dynamo on every parameter it traced
+
+
+def children(module: Any) -> tuple:
+    """Direct submodules (``_modules`` values; None entries included)."""
+    try:
+        mods = module.__dict__.get("_modules")
+        return tuple(dict.values(mods)) if mods else ()
+    except Exception:
+        return ()
+
+
+def values(module: Any, attr: str) -> tuple:
+    """The values of a module's ``_parameters`` / ``_buffers`` without triggering a reload."""
+    try:
+        d = module.__dict__.get(attr)
+        return tuple(dict.values(d)) if d else ()
+    except Exception:
+        return ()
+
+
+def subtree(root: Any) -> list:
+    """``root`` and every module below it, each once."""
+    out, seen, stack = [], {id(root)}, [root]
+    while stack:
+        m = stack.pop()
+        out.append(m)
+        for c in children(m):
+            if c is not None and id(c) not in seen:
+                seen.add(id(c))
+                stack.append(c)
+    return out
+
+
+def own_params(module: Any) -> bool:
+    return any(p is not None for p in values(module, "_parameters"))
+
+
+def has_params(root: Any) -> bool:
+    return any(own_params(m) for m in subtree(root))
+
+
+def tensors(module: Any, grads: bool = False) -> list:
+    """Every parameter and buffer of the subtree once (and their gradients)."""
+    seen: set = set()
+    out: list = []
+    for m in subtree(module):
+        for attr in ("_parameters", "_buffers"):
+            for t in values(m, attr):
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                out.append(t)
+                if grads and attr == "_parameters":
+                    g = grad_of(t)
+                    if g is not None and id(g) not in seen:
+                        seen.add(id(g))
+                        out.append(g)
+    return out
+
+
+def grad_of(t: Any) -> Any:
+    """``t.grad`` for a leaf tensor; None otherwise (reading ``.grad`` of a
+    non-leaf would warn in the host)."""
+    try:
+        return t.grad if t.is_leaf else None
+    except Exception:
+        return None
+
+
+def _memory_key(t: Any) -> Any:
+    """Equal for tensors that are the same memory (tied weights made with ``.data``)."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except Exception:
+        ptr = 0
+    if not ptr:
+        return id(t)
+    return (str(t.device), ptr, int(t.storage_offset()), tuple(t.size()), tuple(t.stride()),
+            t.dtype)
+
+
+def model_figures(root: Any) -> dict[str, Any]:
+    """Sizes of ``root``'s subtree from tensor metadata, shared memory once.
+
+    Meta tensors are placeholders for weights held elsewhere (an offload hook
+    keeps them): they count in ``placeholder_bytes``, never on a device.
+    Also notes what makes the weights unmovable and whether dynamo traced them.
+    """
+    params = param_bytes = buffer_bytes = placeholder_bytes = 0
+    by_device: dict[str, dict[str, int]] = {}
+    dtypes: set = set()
+    requires_grad = has_grad = traced = False
+    unmovable: str | None = None
+    seen: set = set()
+    ids: set = set()
+    for m in subtree(root):
+        for kind, attr in (("params", "_parameters"), ("buffers", "_buffers")):
+            for t in values(m, attr):
+                if t is None or id(t) in ids:
+                    continue
+                ids.add(id(t))
+                key = _memory_key(t)
+                if key in seen:
+                    continue
+                seen.add(key)
+                n = int(t.numel())
+                size = n * int(t.element_size())
+                dev = str(t.device)
+                if kind == "params":
+                    params += n
+                    dtypes.add(str(t.dtype).replace("torch.", ""))
+                    if t.requires_grad:
+                        requires_grad = True
+                    if not has_grad and grad_of(t) is not None:
+                        has_grad = True
+                    if not traced and DYNAMO_STAMP in getattr(t, "__dict__", ()):
+                        traced = True
+                if dev == "meta":
+                    placeholder_bytes += size
+                    continue
+                if unmovable is None:
+                    unmovable = _unmovable(t)
+                slot = by_device.setdefault(dev, {"params": 0, "buffers": 0})
+                slot[kind] += size
+                if kind == "params":
+                    param_bytes += size
+                else:
+                    buffer_bytes += size
+    devices = sorted(by_device)
+    return {
+        "params": params, "param_bytes": param_bytes, "buffer_bytes": buffer_bytes,
+        "placeholder_bytes": placeholder_bytes, "bytes_by_device": by_device,
+        "device": devices[0] if len(devices) == 1 else ("mixed" if devices else None),
+        "dtype": dtypes.pop() if len(dtypes) == 1 else ("mixed" if dtypes else None),
+        "requires_grad": requires_grad, "has_grad": has_grad, "dynamo_traced": traced,
+        "unmovable": unmovable, "tensor_ids": ids,
+    }
+
+
+def _unmovable(t: Any) -> str | None:
+    """Why the manager could not move this tensor, None if it can."""
+    try:
+        if str(t.layout) != "torch.strided" or getattr(t, "is_quantized", False):
+            return "sparse or quantized tensors"
+        data = t.data
+        if type(data).__name__ != "Tensor" or type(data).__module__ != "torch":
+            return "tensor subclasses (%s)" % type(data).__name__
+        if t.device.type not in ("cpu", "cuda"):
+            return "tensors on %s" % t.device
+    except Exception as exc:
+        return "unreadable tensors (%r)" % (exc,)
+    return None
+
+
+def qualified_class(obj: Any) -> str:
+    cls = type(obj)
+    return "%s.%s" % (getattr(cls, "__module__", "?"), getattr(cls, "__qualname__", cls.__name__))
+
+
+def _config_name(cfg: Any) -> str | None:
+    if cfg is None:
+        return None
+    for attr in ("name_or_path", "_name_or_path"):
+        try:
+            value = cfg.get(attr) if isinstance(cfg, dict) else getattr(cfg, attr, None)
+        except Exception:
+            value = None
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def friendly_name(module: Any) -> str:
+    try:
+        cfg = module.__dict__.get("config")
+        name = _config_name(cfg)
+        if name:
+            return name
+        if cfg is not None:
+            arch = getattr(cfg, "architectures", None)
+            if isinstance(arch, (list, tuple)) and arch and isinstance(arch[0], str):
+                return arch[0]
+            mtype = getattr(cfg, "model_type", None)
+            if isinstance(mtype, str) and mtype:
+                return mtype
+    except Exception:
+        pass
+    return type(module).__name__
+
+
+def _instance_dict(obj: Any) -> dict | None:
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+        return d if isinstance(d, dict) else None
+    except Exception:
+        return None
+
+
+def find_groups(roots: list, ids: Any) -> dict[str, str]:
+    """{model id: group label} for objects (pipelines) holding >= 2 roots."""
+    skip = (list, tuple, set, frozenset, types.FrameType, weakref.ref)
+    root_ids = {id(r): r for r in roots}
+    owners: list = []
+    # Up to three bounded passes: roots <- instance dict / components dict <-
+    # owner (or its instance dict <- owner).  Only when the roots changed,
+    # rate-limited by the caller.
+    targets: list = list(roots)
+    exclude: set = {id(root_ids)}
+    for _level in range(3):
+        dicts: list = []
+        for ref in gc.get_referrers(*targets):
+            if id(ref) in exclude:
+                continue
+            if isinstance(ref, dict):
+                if len(dicts) < 256:
+                    dicts.append(ref)
+            elif not isinstance(ref, skip):
+                owners.append(ref)
+        if not dicts:
+            break
+        exclude.update(id(d) for d in dicts)
+        targets = dicts
+    del targets
+    groups: dict[str, str] = {}
+    seen_owner: set = set()
+    for owner in owners:
+        if id(owner) in seen_owner or id(owner) in root_ids:
+            continue
+        seen_owner.add(id(owner))
+        d = _instance_dict(owner)
+        if d is None:
+            continue
+        cls_name = type(owner).__name__
+        components = d.get("components")
+        if not (cls_name.endswith("Pipeline") or isinstance(components, dict)):
+            continue
+        values = list(d.values())
+        if isinstance(components, dict) and len(components) <= 1000:
+            values += list(components.values())
+        members = []
+        for v in values:
+            if id(v) in root_ids and not any(v is x for x in members):
+                members.append(v)
+        if len(members) < 2:
+            continue
+        cfg = d.get("_internal_dict")
+        if cfg is None:
+            cfg = d.get("config")
+        name = _config_name(cfg)
+        label = "%s (%s)" % (cls_name, name) if name else cls_name
+        for m in members:
+            model_id = ids.get(m)
+            if model_id and model_id not in groups:
+                groups[model_id] = label
+    return groups

@@ -1,0 +1,224 @@
+"""Where the per-model hooks sit, decided on the user's own threads.
+
+The agent thread never adds or removes a hook: a module's hook dicts change
+only while the user's code builds it, so dynamo, TorchScript and export
+always trace a stable module.  torch's global registration hooks call
+``on_parameter`` / ``on_module`` on the thread that builds a module:
+
+* a module gets the hook pair (``guard.install``) when its first parameter is
+  registered, or when it adopts a child that has parameters;
+* when a parent adopts a child, a composite child keeps its pair (it is now
+  a direct part of the parent: its calls count as use of the parent, see
+  ``is_part``), a plain layer loses it, and the child's own children lose
+  theirs (they are now two levels down, where a hook would only cost time on
+  every forward);
+* a module adopted below a module that is itself adopted loses its pair;
+* a pair that ever saw a call is never removed (the module was in use).
+
+So once a model is built, its root and its composite direct parts carry
+hooks and nothing deeper does.  A model that was already in use when something wrapped
+it keeps its hooks; the agent thread merely re-points their slots.
+
+Modules of torch's own machinery (torch.compile's OptimizedModule, export's
+wrappers, fx GraphModules, TorchScript modules) never get hooks and never
+adopt: the model they wrap stays the model the user knows.  What they wrap is
+marked (``marks``): its weights are also reached by compiled, exported or
+traced code, so the agent never moves them.  A model that is offloaded when
+torch.compile wraps it is brought back first, on the same thread.
+
+``attach_existing`` does the same for modules built before the agent started
+(``start()`` from a notebook), on the thread that calls ``start()``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from typing import Any, Callable
+
+from . import guard as _guard
+from . import log as _log
+from .figures import children as _children
+from .figures import has_params as _has_params
+from .figures import own_params as _own_params
+
+#: Module classes from these packages are torch's machinery, not user models.
+INTERNAL_KINDS = (
+    ("torch._dynamo", "torch.compile"), ("torch._inductor", "torch.compile"),
+    ("torch.export", "torch.export"), ("torch._export", "torch.export"),
+    ("torch.fx", "torch.fx"), ("torch.jit", "TorchScript"),
+    ("torch._functorch", "torch.func"), ("torch.func", "torch.func"),
+    ("torch._higher_order_ops", "torch internals"), ("torch._subclasses", "torch internals"),
+)
+#: A bare ``torch.nn.Module()`` (export builds some): hidden like machinery, but
+#: wrapping a model in one marks nothing.
+BARE = "container"
+
+_kinds: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def internal_kind(module: Any) -> str | None:
+    """The machinery a module belongs to ("torch.compile", ...), None for user models."""
+    cls = type(module)
+    try:
+        return _kinds[cls]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    name = getattr(cls, "__module__", "") or ""
+    kind = None
+    if name == "torch.nn.modules.module" and cls.__name__ == "Module":
+        kind = BARE
+    else:
+        for prefix, label in INTERNAL_KINDS:
+            if name == prefix or name.startswith(prefix + "."):
+                kind = label
+                break
+    try:
+        _kinds[cls] = kind
+    except TypeError:
+        pass
+    return kind
+
+
+def is_part(parent: Any, child: Any) -> bool:
+    """Does ``child`` keep hooks as a part of ``parent``?  Composite children
+    (``vae.decoder``, ``model.encoder``, ``resnet.layer1``) do: a method such
+    as ``vae.decode`` uses the model through them.  Plain layers (a Linear, a
+    norm) and the items of a container (``nn.Sequential``) do not: they are
+    only called by the model's own forward, and every hook costs a few
+    microseconds per call."""
+    if type(parent).__module__ == "torch.nn.modules.container":
+        return False
+    return bool(_children(child))
+
+
+class Placement:
+    """The user-thread side of model tracking: hooks, adoption, marks.
+
+    ``announce(module)`` tells the tracker about a module (O(1), any thread);
+    ``compiling()`` / ``tracing()`` are torch's own checks; ``guard_of(module)``
+    returns the model's guard if the tracker made one.
+    """
+
+    def __init__(self, announce: Callable[[Any], None], compiling: Callable[[], bool],
+                 tracing: Callable[[], bool] | None,
+                 guard_of: Callable[[Any], Any]) -> None:
+        self.announce = announce
+        self.compiling = compiling
+        self.tracing = tracing
+        self.guard_of = guard_of
+        self.enabled = True  # False: no hooks at all (VRAM_STEWARD_LAST_USED=0)
+        self._adopted: "weakref.WeakSet" = weakref.WeakSet()  # has a user-module parent
+        self._with_params: "weakref.WeakSet" = weakref.WeakSet()  # parameters in its subtree
+        #: module -> what reaches its weights besides the module ("torch.compile", ...)
+        self.marks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    # -- registration hooks (the user's threads) ----------------------------------
+    def on_parameter(self, module: Any, value: Any) -> None:
+        if self.compiling():
+            return
+        self.announce(module)
+        if value is None or internal_kind(module) is not None:
+            return
+        self._with_params.add(module)
+        if self.enabled and module not in self._adopted and _guard.slot_of(module) is None:
+            self._place(module)
+
+    def on_module(self, parent: Any, child: Any) -> None:
+        if self.compiling():
+            return
+        self.announce(parent)
+        if child is None:
+            return
+        self.announce(child)
+        kind = internal_kind(parent)
+        if kind is not None:
+            self._wrapped_by_machinery(child, kind)
+            return
+        has_params = child in self._with_params or _own_params(child)
+        if has_params:
+            self._with_params.add(parent)
+        self._adopted.add(child)
+        if not self.enabled:
+            return
+        parent_is_root = parent not in self._adopted
+        if not (parent_is_root and is_part(parent, child)):
+            self._prune(child)  # two or more levels down now, or a mere layer
+        for grandchild in _children(child):
+            self._prune(grandchild)
+        if parent_is_root and has_params and _guard.slot_of(parent) is None:
+            self._place(parent)
+
+    # -- start() from a running program (the calling thread) ----------------------
+    def attach_existing(self, modules: list) -> int:
+        """Hooks on the roots (and their parts) among ``modules``; returns the count."""
+        user = [m for m in modules if internal_kind(m) is None]
+        for m in modules:
+            self.announce(m)
+            kind = internal_kind(m)
+            if kind is not None and kind != BARE:
+                for child in _children(m):
+                    if child is not None and internal_kind(child) is None:
+                        self.marks.setdefault(child, kind)
+        child_ids: set = set()
+        for m in user:
+            for c in _children(m):
+                if c is not None:
+                    child_ids.add(id(c))
+                    self._adopted.add(c)
+        placed = 0
+        if not self.enabled:
+            return placed
+        for m in user:
+            if id(m) in child_ids or not _has_params(m):
+                continue
+            parts = [c for c in _children(m) if c is not None and is_part(m, c)]
+            for part in [m] + parts:
+                if _guard.slot_of(part) is None and _has_params(part):
+                    self._place(part)
+                    placed += 1
+        return placed
+
+    # -- internals ------------------------------------------------------------------
+    def _place(self, module: Any) -> None:
+        try:
+            slot = _guard.Slot(self.announce)
+            _guard.install(module, slot, self.compiling, self.tracing)
+        except Exception as exc:
+            _log.log("placing hooks on %s failed: %r" % (type(module).__name__, exc))
+
+    def _prune(self, module: Any) -> None:
+        if module is None:
+            return
+        slot = _guard.slot_of(module)
+        if slot is not None and not slot.used:
+            _guard.uninstall(module, slot)
+
+    def _wrapped_by_machinery(self, child: Any, kind: str) -> None:
+        if kind == BARE or internal_kind(child) is not None:
+            return
+        self.marks.setdefault(child, kind)
+        g = self.guard_of(child)
+        if g is not None and g.state is not _guard.RESIDENT:
+            g.make_resident("compile")  # compiled code must see the weights at home
+
+
+def scan_modules(torch: Any) -> tuple[list, int, float]:
+    """Every live ``nn.Module`` (one read-only pass over the heap).
+
+    Returns (modules, objects scanned, seconds)."""
+    module_type = torch.nn.Module
+    t0 = time.perf_counter()
+    objects = gc.get_objects()
+    found = []
+    try:
+        for obj in objects:
+            if issubclass(type(obj), module_type):
+                found.append(obj)
+        count = len(objects)
+    finally:
+        del objects
+    return found, count, time.perf_counter() - t0

@@ -1,0 +1,64 @@
+"""The model manager's requests: their params checked before anything moves.
+
+Bad input gets a ``bad_params`` reply and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadParams
+
+#: Reasons a client may give; "idle" belongs to the agent's own timer.
+REASONS = ("manual", "pressure")
+AUTOMATIC = ("idle", "pressure")
+TARGETS = ("cpu", "disk")
+
+
+@dataclass(frozen=True)
+class UnloadRequest:
+    model: str
+    to: str | None  # None: "cpu" for a model with CUDA weights, else "disk"
+    force: bool  # overrides training evidence only (manual unloads)
+    reason: str
+
+
+def model_id(params: dict) -> str:
+    value = params.get("model")
+    if not isinstance(value, str) or not value:
+        raise BadParams("model must be a model id string")
+    return value
+
+
+def unload(params: dict) -> UnloadRequest:
+    model = model_id(params)
+    to = params.get("to")
+    if to is not None and to not in TARGETS:
+        raise BadParams('to must be "cpu" or "disk"')
+    force = params.get("force", False)
+    if not isinstance(force, bool):
+        raise BadParams("force must be true or false")
+    reason = params.get("reason", "manual")
+    if reason not in REASONS:
+        raise BadParams('reason must be "manual" or "pressure"')
+    if reason != "manual" and force:
+        raise BadParams("force is for manual unloads only")
+    return UnloadRequest(model, to, force, reason)
+
+
+def pinned(params: dict) -> bool:
+    value = params.get("pinned", True)
+    if not isinstance(value, bool):
+        raise BadParams("pinned must be true or false")
+    return value
+
+
+def idle_unload_s(params: dict) -> float | None:
+    if "idle_unload_s" not in params:
+        raise BadParams("idle_unload_s is required (seconds or null)")
+    value: Any = params.get("idle_unload_s")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not value > 0 or value != value or value == float("inf")):
+        raise BadParams("idle_unload_s must be a positive number of seconds or null")
+    return float(value) if value is not None else None

@@ -1,0 +1,491 @@
+"""Where an unloaded model's bytes go, and how they come back.
+
+Planning: a model's parameters, buffers and gradients are grouped by the
+storage they view (``plan``): one copy per storage, so tied / shared tensors
+and views of one storage stay shared after a reload; dtypes never change
+(bytes are copied).  Split models are fine: each storage keeps its device.
+
+Targets:
+* ``cpu``: a pinned host buffer per storage (pageable where pinning fails),
+  filled with ``copy_(non_blocking=True)`` and the devices synchronised;
+* ``disk``: one file per storage in ``$XDG_CACHE_HOME/vram-steward/offload``
+  (dir 0700, files 0600), written through ``UntypedStorage.from_file(
+  shared=True)`` into the page cache (no fsync: the bytes must outlive the
+  process's use of them, not a crash of the machine).  The offloaded tensors
+  then view a private (copy-on-write) mapping of their file: nothing is
+  resident until read.  A reload copies CUDA storages up out of those
+  mappings and leaves CPU storages memory-mapped (zero copy); the files are
+  unlinked then (POSIX: a mapping keeps the inode alive).
+
+While a model is offloaded each of its modules' ``_parameters`` and
+``_buffers`` dicts is an ``OffloadedDict``: any read of a weight by the
+user's code (``state_dict``, ``.to()``, ``.half()``, ``deepcopy``, pickling,
+a deeper submodule's forward, ``model.device``) brings the model back first,
+exactly as a forward would, so nothing ever sees the offloaded copies.  The
+agent reads them with ``dict.values(d)`` and never triggers that.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import os
+import sys
+import weakref
+from typing import Any
+
+from . import log as _log
+from . import paths, protocol
+from .errors import ActionError
+from .guard import RESIDENT
+
+PARAM_DICTS = ("_parameters", "_buffers")
+
+
+# -- seams the tests monkeypatch ---------------------------------------------
+
+def is_cuda(device: Any) -> bool:
+    """True for a CUDA device (the CUDA path's tests fake it for CPU tensors)."""
+    return getattr(device, "type", None) == "cuda"
+
+
+def copy_bytes(dst: Any, src: Any, non_blocking: bool) -> None:
+    """One storage copy (uint8 views); a failure here is undone by the caller."""
+    dst.copy_(src, non_blocking=non_blocking)
+
+
+# -- planning --------------------------------------------------------------------
+
+class View:
+    """One tensor of a group: enough to rebuild it on any storage."""
+
+    __slots__ = ("tensor", "dtype", "size", "stride", "rel", "esize", "placed")
+
+    def __init__(self, tensor: Any, rel: int) -> None:
+        self.tensor = tensor
+        self.dtype = tensor.dtype
+        self.size = tuple(tensor.size())
+        self.stride = tuple(tensor.stride())
+        self.esize = int(tensor.element_size())
+        self.rel = rel  # byte offset from the group's start (a multiple of esize)
+        self.placed = 0  # data_ptr of the storage the offloaded tensor views
+
+
+class Group:
+    """Tensors sharing one storage: copied once, views recreated on reload."""
+
+    __slots__ = ("device", "start", "span", "views", "copy", "mapped", "items")
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.start = 0
+        self.span = 0
+        self.views: list = []
+        self.copy: Any = None  # host buffer (cpu target)
+        self.mapped: Any = None  # disk: private (copy-on-write) mapping of its own file
+        self.items: list = []  # (tensor, byte offset in storage, extent) while planning
+
+
+class Offload:
+    """Everything needed to bring one offloaded model back."""
+
+    __slots__ = ("target", "groups", "moving", "home", "bytes_moved", "finalizer", "reason",
+                 "paths", "dicts")
+
+    def __init__(self, target: str, groups: list, moving: list, reason: str) -> None:
+        self.target = target
+        self.groups = groups
+        self.moving = moving
+        self.home = home_of(groups)
+        self.bytes_moved = 0
+        self.finalizer: Any = None
+        self.reason = reason
+        self.paths: list = []  # disk: one file per storage
+        self.dicts: list = []  # (weakref to module, attr, OffloadedDict) while offloaded
+
+
+def home_of(groups: list) -> str | None:
+    devices = sorted({str(g.device) for g in groups})
+    return devices[0] if len(devices) == 1 else ("mixed" if devices else None)
+
+
+def plan(torch: Any, tensors: list) -> list:
+    """Group ``tensors`` by storage; raises ActionError(refused) for what cannot move."""
+    groups: dict = {}
+    for t in tensors:
+        if getattr(t, "is_meta", False) or t.device.type == "meta":
+            raise ActionError(protocol.REFUSED, "holds meta tensors (weights not materialised)")
+        if t.layout is not torch.strided or getattr(t, "is_quantized", False):
+            raise ActionError(protocol.REFUSED, "holds sparse or quantized tensors: not supported")
+        if type(t.data) is not torch.Tensor:
+            raise ActionError(protocol.REFUSED, "holds tensor subclasses (%s): not supported"
+                              % type(t.data).__name__)
+        if t.device.type != "cpu" and not is_cuda(t.device):
+            raise ActionError(protocol.REFUSED, "holds tensors on %s: only cpu and cuda are "
+                              "supported" % t.device)
+        st = t.untyped_storage()
+        esize = int(t.element_size())
+        off = int(t.storage_offset()) * esize
+        if t.numel() == 0:
+            extent = 0
+        else:
+            extent = (sum((s - 1) * d for s, d in zip(t.size(), t.stride())) + 1) * esize
+        key = (str(t.device), st.data_ptr()) if st.nbytes() and extent else ("0", id(t))
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = Group(t.device)
+        g.items.append((t, off, extent))
+    out = []
+    for g in groups.values():
+        start = min(off for _, off, _ in g.items)
+        start -= start % 16  # keeps every view's offset a multiple of its element size
+        end = max(off + ext for _, off, ext in g.items)
+        g.start, g.span = start, max(0, end - start)
+        g.views = [View(t, off - start) for t, off, _ in g.items]
+        g.items = []
+        out.append(g)
+    return out
+
+
+def check_not_reparametrized(torch: Any, modules: list) -> None:
+    """Refuse while ``torch.func.functional_call`` has swapped a module's
+    parameters for the caller's tensors (moving those would move the caller's)."""
+    parameter = torch.nn.Parameter
+    for m in modules:
+        params = m.__dict__.get("_parameters") or {}
+        for value in dict.values(params):
+            if value is not None and not isinstance(value, parameter):
+                raise ActionError(protocol.REFUSED, "its parameters are swapped for other "
+                                  "tensors right now (torch.func.functional_call)")
+
+
+# -- tensor helpers -----------------------------------------------------------------
+
+def bytes_view(torch: Any, tensor: Any, start: int, span: int) -> Any:
+    return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(
+        tensor.untyped_storage(), start, (span,), (1,))
+
+
+def view_on(torch: Any, storage: Any, device: Any, base: int, v: View) -> Any:
+    return torch.empty(0, dtype=v.dtype, device=device).set_(
+        storage, (base + v.rel) // v.esize, v.size, v.stride)
+
+
+_SCALARS: dict = {}
+
+
+def placeholder(torch: Any, v: View) -> Any:
+    """Holds no memory but keeps shape and dtype: a 0-stride expand of a scalar."""
+    scalar = _SCALARS.get(v.dtype)
+    if scalar is None:
+        scalar = _SCALARS[v.dtype] = torch.zeros((), dtype=v.dtype, device="cpu")
+    return scalar.expand(v.size)
+
+
+def uint8(torch: Any, storage: Any) -> Any:
+    return torch.empty(0, dtype=torch.uint8, device="cpu").set_(storage)
+
+
+def host_buffer(torch: Any, nbytes: int, pin: bool) -> Any:
+    if pin:
+        try:
+            return torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=True)
+        except Exception as exc:  # pinning can fail (limits, no driver): plain memory
+            _log.log("pinned host buffer of %d bytes failed (%r): pageable" % (nbytes, exc))
+    return torch.empty(nbytes, dtype=torch.uint8, device="cpu")
+
+
+def storage_ptr(tensor: Any) -> int:
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except Exception:
+        return -1
+
+
+def device_index(device: Any) -> int:
+    return 0 if device.index is None else int(device.index)
+
+
+def synchronize(torch: Any, indices: Any) -> None:
+    for i in sorted(set(indices)):
+        torch.cuda.synchronize(i)
+
+
+def reserved(torch: Any, index: int) -> int | None:
+    try:
+        value = (torch.cuda.memory_stats(index) or {}).get("reserved_bytes.all.current")
+    except Exception:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def rss() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except Exception:
+        return None
+
+
+def malloc_trim() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except Exception:
+        pass
+
+
+def host_empty_cache(torch: Any) -> None:
+    for path in (("accelerator", "empty_host_cache"), ("_C", "_accelerator_emptyHostCache"),
+                 ("_C", "_host_emptyCache")):
+        fn: Any = torch
+        try:
+            for part in path:
+                fn = getattr(fn, part)
+        except AttributeError:
+            continue
+        try:
+            fn()
+        except Exception as exc:
+            _log.log("emptying the pinned host cache failed: %r" % (exc,))
+        return
+
+
+# -- disk files -----------------------------------------------------------------------
+
+def offload_dir() -> str:
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~\\AppData\\Local")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.makedirs(base, exist_ok=True)
+    top = paths.ensure_private_dir(os.path.join(base, "vram-steward"))
+    return paths.ensure_private_dir(os.path.join(top, "offload"))
+
+
+def unlink_all(file_paths: list) -> None:
+    for path in file_paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def new_file(model_id: str, nbytes: int) -> str:
+    """A fresh 0600 file of ``nbytes`` (at least 1) for one storage."""
+    directory = offload_dir()
+    flags = os.O_CREAT | os.O_EXCL | os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(
+        os, "O_BINARY", 0)
+    for n in range(100):
+        name = "%d-%s%s.bin" % (os.getpid(), model_id, "" if n == 0 else "-%d" % n)
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            os.ftruncate(fd, max(nbytes, 1))
+        finally:
+            os.close(fd)
+        return path
+    raise OSError("no free offload file name in %s" % directory)
+
+
+def attach_files(rec: Offload, model_id: str, owner: Any) -> None:
+    """Create the disk target's files; they go when ``owner`` (the guard) goes."""
+    for k, gr in enumerate(rec.moving):
+        rec.paths.append(new_file("%s-%d" % (model_id, k), gr.span))
+    rec.finalizer = weakref.finalize(owner, unlink_all, list(rec.paths))
+
+
+# -- copies ------------------------------------------------------------------------------
+
+def copy_out(torch: Any, rec: Offload) -> None:
+    """Copy phase: every moving storage into its host buffer or its file."""
+    for k, gr in enumerate(rec.moving):
+        src = bytes_view(torch, gr.views[0].tensor, gr.start, gr.span)
+        if rec.target == "cpu":
+            gr.copy = host_buffer(torch, gr.span, pin=is_cuda(gr.device))
+            copy_bytes(gr.copy, src, True)
+        elif gr.span:
+            shared = torch.UntypedStorage.from_file(rec.paths[k], shared=True, nbytes=gr.span)
+            copy_bytes(uint8(torch, shared), src, False)
+            del shared  # the page cache holds the bytes now
+        rec.bytes_moved += gr.span
+        del src
+
+
+def map_files(torch: Any, rec: Offload) -> None:
+    """Disk: the offloaded tensors view a private mapping of each file."""
+    for k, gr in enumerate(rec.moving):
+        gr.mapped = (torch.UntypedStorage.from_file(rec.paths[k], shared=False, nbytes=gr.span)
+                     if gr.span else None)
+
+
+def offloaded_views(torch: Any, rec: Offload, swaps: list) -> None:
+    """Swap phase: each tensor's ``.data`` becomes its view of the copy.
+
+    Parameter identity is kept, so optimizers and user references stay valid.
+    ``swaps`` collects (tensor, old data) for the caller's rollback."""
+    for gr in rec.moving:
+        storage = gr.copy.untyped_storage() if rec.target == "cpu" else gr.mapped
+        for v in gr.views:
+            new = (view_on(torch, storage, "cpu", 0, v) if storage is not None
+                   else placeholder(torch, v))
+            old = v.tensor.data
+            v.tensor.data = new
+            v.placed = storage_ptr(new)
+            swaps.append((v.tensor, old))
+
+
+def copy_back(torch: Any, rec: Offload) -> tuple[list, set]:
+    """Reload's copy phase: (group, storage, device) to swap in, CUDA devices used."""
+    cuda_idx: set = set()
+    pending = []
+    for gr in rec.moving:
+        if rec.target == "cpu":
+            src = gr.copy
+        elif gr.mapped is not None:
+            src = uint8(torch, gr.mapped)
+        else:
+            src = torch.empty(0, dtype=torch.uint8, device="cpu")
+        if is_cuda(gr.device):
+            dst = torch.empty(gr.span, dtype=torch.uint8, device=gr.device)
+            copy_bytes(dst, src, True)
+            cuda_idx.add(device_index(gr.device))
+            pending.append((gr, dst.untyped_storage(), gr.device))
+        elif rec.target == "disk" and gr.mapped is not None:
+            pending.append((gr, gr.mapped, gr.device))  # stays memory-mapped
+        else:
+            dst = torch.empty(gr.span, dtype=torch.uint8, device=gr.device)
+            copy_bytes(dst, src, False)
+            pending.append((gr, dst.untyped_storage(), gr.device))
+    return pending, cuda_idx
+
+
+def home_views(torch: Any, pending: list, swaps: list) -> None:
+    """Reload's swap phase.  A tensor the user replaced meanwhile (``p.data =
+    ...`` on a reference held outside the model) keeps what the user gave it."""
+    for gr, storage, device in pending:
+        for v in gr.views:
+            if storage_ptr(v.tensor) != v.placed:
+                continue
+            new = view_on(torch, storage, device, 0, v)
+            old = v.tensor.data
+            v.tensor.data = new
+            swaps.append((v.tensor, old))
+
+
+def undo(swaps: list) -> None:
+    for t, old in reversed(swaps):
+        try:
+            t.data = old
+        except Exception:
+            _log.log_exc("undoing a swap failed")
+    swaps.clear()
+
+
+# -- the offloaded model's dicts -----------------------------------------------------
+
+class OffloadedDict(dict):
+    """A module's ``_parameters`` / ``_buffers`` while its model is offloaded.
+
+    Any read of a value brings the model back first (``guard.make_resident``),
+    on the reading thread, then answers from the resident weights; keys,
+    ``in`` and ``len`` need no weights.  ``__iter__`` is overridden so that
+    CPython's dict copies (``dict(d)``, ``{**d}``) go through ``keys`` and
+    ``__getitem__`` instead of reading the table directly.  Copies, pickles
+    and deep copies are plain dicts.
+    """
+
+    __slots__ = ("guard",)
+
+    def __init__(self, items: Any, guard: Any) -> None:
+        dict.__init__(self, items)
+        self.guard = guard
+
+    def _home(self) -> None:
+        g = self.guard
+        if g is not None and g.state is not RESIDENT:
+            g.make_resident("access")
+
+    def __getitem__(self, key: Any) -> Any:
+        self._home()
+        return dict.__getitem__(self, key)
+
+    def __iter__(self) -> Any:
+        return dict.__iter__(self)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._home()
+        return dict.get(self, key, default)
+
+    def items(self) -> Any:
+        self._home()
+        return dict.items(self)
+
+    def values(self) -> Any:
+        self._home()
+        return dict.values(self)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._home()
+        return dict.pop(self, key, *default)
+
+    def popitem(self) -> Any:
+        self._home()
+        return dict.popitem(self)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._home()
+        return dict.setdefault(self, key, default)
+
+    def copy(self) -> dict:
+        self._home()
+        return dict(dict.items(self))
+
+    __copy__ = copy
+
+    def __or__(self, other: Any) -> Any:
+        return self.copy() | other
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        plain = self.copy()
+        result = _copy.deepcopy(plain, memo)
+        memo[id(self)] = result
+        return result
+
+    def __reduce_ex__(self, protocol_: Any) -> Any:
+        return (dict, (self.copy(),))
+
+    def __repr__(self) -> str:
+        return repr(self.copy())
+
+
+def swap_in_dicts(modules: list, guard: Any, rec: Offload) -> None:
+    """Give each module an ``OffloadedDict`` per weight dict (before the swap
+    phase, so a reader either sees the resident weights or waits for them)."""
+    for m in modules:
+        d = m.__dict__
+        ref = weakref.ref(m)  # never strong: the guard (in a dict keyed by the model) holds rec
+        for attr in PARAM_DICTS:
+            plain = d.get(attr)
+            if type(plain) is dict and plain:
+                off = OffloadedDict(dict.items(plain), guard)
+                d[attr] = off
+                rec.dicts.append((ref, attr, off))
+
+
+def restore_dicts(rec: Offload) -> None:
+    """Plain dicts again, with whatever was registered while offloaded."""
+    for ref, attr, off in rec.dicts:
+        m = ref()
+        if m is None:
+            continue
+        try:
+            if m.__dict__.get(attr) is off:
+                m.__dict__[attr] = dict(dict.items(off))
+        except Exception:
+            _log.log_exc("restoring a module's %s failed" % attr)
+    rec.dicts = []
