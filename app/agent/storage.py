@@ -40,6 +40,13 @@ from .guard import RESIDENT
 
 PARAM_DICTS = ("_parameters", "_buffers")
 
+#: Weights come back at the same address modulo this many bytes.  CPU (and
+#: GPU) kernels pick code paths by the alignment of their operands: a weight
+#: loaded as a slice of a memory-mapped safetensors file (4-byte aligned) and
+#: the same bytes at a page-aligned address give a Linear different output
+#: bits.  Costs at most this many bytes per storage.
+ALIGN = 4096
+
 
 # -- seams the tests monkeypatch ---------------------------------------------
 
@@ -71,14 +78,18 @@ class View:
 
 
 class Group:
-    """Tensors sharing one storage: copied once, views recreated on reload."""
+    """Tensors sharing one storage: copied once, views recreated on reload.
 
-    __slots__ = ("device", "start", "span", "views", "copy", "mapped", "items")
+    ``residue``: the address of the group's first byte modulo ``ALIGN``,
+    kept wherever its bytes go (see ``ALIGN``)."""
+
+    __slots__ = ("device", "start", "span", "residue", "views", "copy", "mapped", "items")
 
     def __init__(self, device: Any) -> None:
         self.device = device
         self.start = 0
         self.span = 0
+        self.residue = 0
         self.views: list = []
         self.copy: Any = None  # host buffer (cpu target)
         self.mapped: Any = None  # disk: private (copy-on-write) mapping of its own file
@@ -140,6 +151,8 @@ def plan(torch: Any, tensors: list) -> list:
         start -= start % 16  # keeps every view's offset a multiple of its element size
         end = max(off + ext for _, off, ext in g.items)
         g.start, g.span = start, max(0, end - start)
+        first = g.items[0][0]
+        g.residue = (storage_ptr(first) + start) % ALIGN if g.span else 0
         g.views = [View(t, off - start) for t, off, _ in g.items]
         g.items = []
         out.append(g)
@@ -293,10 +306,18 @@ def new_file(model_id: str, nbytes: int) -> str:
 
 
 def attach_files(rec: Offload, model_id: str, owner: Any) -> None:
-    """Create the disk target's files; they go when ``owner`` (the guard) goes."""
+    """Create the disk target's files; they go when ``owner`` (the guard) goes.
+
+    Each group's bytes start at file offset ``residue``: a mapping is page
+    aligned, so a model left memory-mapped after its reload keeps its weights'
+    alignment."""
     for k, gr in enumerate(rec.moving):
-        rec.paths.append(new_file("%s-%d" % (model_id, k), gr.span))
+        rec.paths.append(new_file("%s-%d" % (model_id, k), gr.residue + gr.span))
     rec.finalizer = weakref.finalize(owner, unlink_all, list(rec.paths))
+
+
+def _file_size(gr: Group) -> int:
+    return gr.residue + gr.span
 
 
 # -- copies ------------------------------------------------------------------------------
@@ -309,8 +330,9 @@ def copy_out(torch: Any, rec: Offload) -> None:
             gr.copy = host_buffer(torch, gr.span, pin=is_cuda(gr.device))
             copy_bytes(gr.copy, src, True)
         elif gr.span:
-            shared = torch.UntypedStorage.from_file(rec.paths[k], shared=True, nbytes=gr.span)
-            copy_bytes(uint8(torch, shared), src, False)
+            shared = torch.UntypedStorage.from_file(rec.paths[k], shared=True,
+                                                     nbytes=_file_size(gr))
+            copy_bytes(uint8(torch, shared)[gr.residue:], src, False)
             del shared  # the page cache holds the bytes now
         rec.bytes_moved += gr.span
         del src
@@ -319,7 +341,8 @@ def copy_out(torch: Any, rec: Offload) -> None:
 def map_files(torch: Any, rec: Offload) -> None:
     """Disk: the offloaded tensors view a private mapping of each file."""
     for k, gr in enumerate(rec.moving):
-        gr.mapped = (torch.UntypedStorage.from_file(rec.paths[k], shared=False, nbytes=gr.span)
+        gr.mapped = (torch.UntypedStorage.from_file(rec.paths[k], shared=False,
+                                                    nbytes=_file_size(gr))
                      if gr.span else None)
 
 
@@ -330,8 +353,9 @@ def offloaded_views(torch: Any, rec: Offload, swaps: list) -> None:
     ``swaps`` collects (tensor, old data) for the caller's rollback."""
     for gr in rec.moving:
         storage = gr.copy.untyped_storage() if rec.target == "cpu" else gr.mapped
+        base = 0 if rec.target == "cpu" else gr.residue
         for v in gr.views:
-            new = (view_on(torch, storage, "cpu", 0, v) if storage is not None
+            new = (view_on(torch, storage, "cpu", base, v) if storage is not None
                    else placeholder(torch, v))
             old = v.tensor.data
             v.tensor.data = new
@@ -340,38 +364,45 @@ def offloaded_views(torch: Any, rec: Offload, swaps: list) -> None:
 
 
 def copy_back(torch: Any, rec: Offload) -> tuple[list, set]:
-    """Reload's copy phase: (group, storage, device) to swap in, CUDA devices used."""
+    """Reload's copy phase: (group, storage, device, base) to swap in, CUDA
+    devices used.  Each group lands at its old address modulo ``ALIGN``."""
     cuda_idx: set = set()
     pending = []
     for gr in rec.moving:
         if rec.target == "cpu":
             src = gr.copy
         elif gr.mapped is not None:
-            src = uint8(torch, gr.mapped)
+            src = uint8(torch, gr.mapped)[gr.residue:]
         else:
             src = torch.empty(0, dtype=torch.uint8, device="cpu")
+        if rec.target == "disk" and gr.mapped is not None and not is_cuda(gr.device):
+            pending.append((gr, gr.mapped, gr.device, gr.residue))  # stays memory-mapped
+            continue
+        dst, base = aligned_empty(torch, gr.span, gr.device, gr.residue)
+        copy_bytes(dst[base:base + gr.span], src, is_cuda(gr.device))
         if is_cuda(gr.device):
-            dst = torch.empty(gr.span, dtype=torch.uint8, device=gr.device)
-            copy_bytes(dst, src, True)
             cuda_idx.add(device_index(gr.device))
-            pending.append((gr, dst.untyped_storage(), gr.device))
-        elif rec.target == "disk" and gr.mapped is not None:
-            pending.append((gr, gr.mapped, gr.device))  # stays memory-mapped
-        else:
-            dst = torch.empty(gr.span, dtype=torch.uint8, device=gr.device)
-            copy_bytes(dst, src, False)
-            pending.append((gr, dst.untyped_storage(), gr.device))
+        pending.append((gr, dst.untyped_storage(), gr.device, base))
     return pending, cuda_idx
+
+
+def aligned_empty(torch: Any, span: int, device: Any, residue: int) -> tuple[Any, int]:
+    """A byte buffer on ``device`` and the offset in it whose address is
+    ``residue`` modulo ``ALIGN``."""
+    if not span:
+        return torch.empty(0, dtype=torch.uint8, device=device), 0
+    buf = torch.empty(span + ALIGN, dtype=torch.uint8, device=device)
+    return buf, (residue - storage_ptr(buf)) % ALIGN
 
 
 def home_views(torch: Any, pending: list, swaps: list) -> None:
     """Reload's swap phase.  A tensor the user replaced meanwhile (``p.data =
     ...`` on a reference held outside the model) keeps what the user gave it."""
-    for gr, storage, device in pending:
+    for gr, storage, device, base in pending:
         for v in gr.views:
             if storage_ptr(v.tensor) != v.placed:
                 continue
-            new = view_on(torch, storage, device, 0, v)
+            new = view_on(torch, storage, device, base, v)
             old = v.tensor.data
             v.tensor.data = new
             swaps.append((v.tensor, old))

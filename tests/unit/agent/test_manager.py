@@ -837,3 +837,26 @@ def test_model_deleted_while_offloaded_removes_file(env, _cache_dir):
     del model
     gc.collect()
     assert os.listdir(_cache_dir) == []
+
+
+@pytest.mark.parametrize("target", ["disk", "cpu"])
+def test_weights_come_back_at_the_same_alignment(env, target, request):
+    """Loaded as slices of a memory-mapped file (safetensors), weights sit at
+    odd addresses, and CPU kernels give other bits for other alignments."""
+    if target == "cpu":
+        request.getfixturevalue("fake_cuda")
+    raw = torch.empty(1 << 16, dtype=torch.uint8)
+    model = frozen(nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 8)))
+    offset = 60
+    for p in model.parameters():
+        n = p.numel() * p.element_size()
+        p.data = raw[offset:offset + n].view(torch.float32).view(p.shape).copy_(p.data)
+        offset += n + 36
+    before = [p.data_ptr() % 4096 for p in model.parameters()]
+    [mid] = env.track(model)
+    x = torch.randn(5, 64)
+    ref = model(x)
+    for _ in range(2):
+        env.manager.handle_unload({"model": mid, "to": target})
+        assert torch.equal(model(x), ref)
+        assert [p.data_ptr() % 4096 for p in model.parameters()] == before
