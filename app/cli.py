@@ -366,7 +366,8 @@ def _print_action(result, verb: str) -> None:  # type: ignore[no-untyped-def]
     who = f"{result.pid} {ev.name if ev else result.model}"
     if not result.ok:
         print(f"{who}: {verb} {'refused' if result.code == 'refused' else 'failed'}: "
-              f"{result.error}" + (f" [{result.code}]" if result.code else ""))
+              f"{result.error}" + (f" [{result.code}]" if result.code else "")
+              + _force_hint(result, verb))
         return
     if ev is None:
         print(f"{who}: {verb} done")
@@ -378,6 +379,17 @@ def _print_action(result, verb: str) -> None:  # type: ignore[no-untyped-def]
     if ev.bytes_released is not None:
         text += f", released {_size(ev.bytes_released)}"
     print(text)
+
+
+def _force_hint(result, verb: str) -> str:  # type: ignore[no-untyped-def]
+    """What ``--force`` could do about a refused unload: only training evidence gives way."""
+    from app.core.unload_reasons import overridable
+
+    error = result.error or ""
+    if verb != "unload" or result.code != "refused" or not overridable(error) \
+            or "force" in error.lower():  # the agent said so already
+        return ""
+    return "\n  --force unloads it anyway (it reloads on its next forward)"
 
 
 def cmd_unload(args: argparse.Namespace) -> int:
@@ -476,21 +488,30 @@ def cmd_policy(args: argparse.Namespace) -> int:
 
 
 def model_records(report, now: float | None = None) -> list[dict]:  # type: ignore[no-untyped-def]
-    """The ``models --json`` records of one agent's report (bytes, seconds)."""
+    """The ``models --json`` records of one agent's report (bytes, epoch seconds).
+
+    ``idle_s`` is the agent's idle clock (``idle_since``: the last forward, else
+    when it first saw the model; an older agent's last forward); ``blocker`` is
+    what keeps the model resident: ``unload_blocker``, else ``auto_unload_blocker``.
+    None is unknown, never 0."""
     seen_at = now if now is not None else (report.received_at or time.time())
     out = []
     for m in report.models:
         home = m.home_device or m.device
+        idle = m.idle_s(seen_at)
         out.append({
             "pid": report.pid, "id": m.id, "name": m.name, "class": m.class_name,
             "group": m.group, "state": m.state, "offloaded_to": m.offloaded_to,
             "pinned": m.pinned, "device": m.device, "home_device": home, "dtype": m.dtype,
-            "training": m.training, "requires_grad": m.requires_grad, "params": m.params,
+            "training": m.training, "requires_grad": m.requires_grad,
+            "training_evidence": m.training_evidence, "params": m.params,
             "param_bytes": m.param_bytes, "buffer_bytes": m.buffer_bytes,
+            "placeholder_bytes": m.placeholder_bytes,
             "bytes": None if m.param_bytes is None else m.param_bytes + (m.buffer_bytes or 0),
-            "last_used": m.last_used,
-            "idle_s": None if m.last_used is None else round(max(0.0, seen_at - m.last_used), 1),
-            "blocker": m.auto_unload_blocker,
+            "last_used": m.last_used, "first_seen": m.first_seen, "idle_since": m.idle_since,
+            "idle_s": None if idle is None else round(idle, 1),
+            "blocker": m.blocker, "unload_blocker": m.unload_blocker,
+            "auto_unload_blocker": m.auto_unload_blocker,
             "idle_unload_s": report.idle_unload_s,
             "command": " ".join(report.argv),
         })
@@ -526,7 +547,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
-        return "never"
+        return "n/a"
     if seconds < 60:
         return f"{seconds:.0f}s"
     if seconds < 3600:
@@ -668,7 +689,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the weights go: pinned host memory or a file (default: "
                              "cpu for a GPU model, disk for a CPU one)")
     unload.add_argument("--force", action="store_true",
-                        help="unload a training-mode model too (it reloads on its next forward)")
+                        help="override training evidence (train mode, gradients present, a "
+                             "recent optimizer step or backward); it reloads on its next "
+                             "forward. Nothing else is overridden (torch.compile, TorchScript, "
+                             "torch.export, shared tensors, meta placeholders, ...)")
     model_command("reload", "bring an unloaded model back to its GPU", cmd_reload, 300.0)
     pin = model_command("pin", "exempt a model from automatic unloading", cmd_pin, 10.0)
     pin.add_argument("--off", action="store_true", help="unpin instead")

@@ -28,7 +28,7 @@ from typing import Any
 
 from app.agent import protocol
 from app.core.agent_types import (AgentEntry, AgentReport, FreeCacheResult, ModelActionResult,
-                                  ModelEvent)
+                                  ModelEvent, ModelInfo)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ MAX_REGISTRY_FILE_BYTES = 64 * 1024
 #: Consecutive timed-out calls after which a connection is dropped (the agent
 #: is hung; requests would only pile up in its socket buffer).
 MAX_PENDING_TIMEOUTS = 4
+#: Pause before connecting again to an agent whose listen backlog is full.
+CONNECT_RETRY_S = 0.01
 
 
 def runtime_dir() -> str:
@@ -284,11 +286,21 @@ class AgentConnection:
         except (ValueError, OSError) as exc:
             raise AgentUnavailable(f"agent {entry.pid}: bad address {entry.address!r}: {exc}") from None
         self._sock = sock
-        try:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            sock.connect(target)
-        except (OSError, TimeoutError) as exc:
-            raise self._fail(f"cannot connect to {entry.address}: {exc}", exc) from None
+        while True:
+            try:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                sock.connect(target)
+                break
+            except BlockingIOError as exc:
+                # A full AF_UNIX backlog fails at once (another client's burst):
+                # the agent drains it within milliseconds, so try again.
+                if time.monotonic() + CONNECT_RETRY_S >= deadline:
+                    raise self._fail(f"cannot connect to {entry.address}: {exc}", exc) from None
+                sock.close()
+                time.sleep(CONNECT_RETRY_S)
+                sock = self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            except (OSError, TimeoutError) as exc:
+                raise self._fail(f"cannot connect to {entry.address}: {exc}", exc) from None
         first = self._recv_message(deadline)
         hello = first.get("hello")
         if not isinstance(hello, dict):
@@ -398,17 +410,27 @@ def report_to_json(report: AgentReport | None, entry: AgentEntry | None = None,
                      "inactive_split": d.inactive_split,
                      "num_alloc_retries": d.num_alloc_retries, "num_ooms": d.num_ooms}
                     for d in report.devices],
-        "models": [{"id": m.id, "name": m.name, "class": m.class_name, "params": m.params,
-                    "param_bytes": m.param_bytes, "buffer_bytes": m.buffer_bytes,
-                    "device": m.device, "dtype": m.dtype, "training": m.training,
-                    "last_used": m.last_used, "group": m.group, "state": m.state,
-                    "offloaded_to": m.offloaded_to, "pinned": m.pinned,
-                    "home_device": m.home_device, "requires_grad": m.requires_grad,
-                    "auto_unload_blocker": m.auto_unload_blocker} for m in report.models],
+        "models": [model_to_json(m, report.received_at) for m in report.models],
         "idle_unload_s": report.idle_unload_s,
         "events": [event_to_json(e) for e in report.events],
         "error": error,
     }
+
+
+def model_to_json(m: ModelInfo, seen_at: float) -> dict[str, Any]:
+    """A model entry as the protocol spells it, plus ``idle_s``: seconds on the
+    agent's idle clock at ``seen_at`` (epoch seconds; None = unknown)."""
+    idle = m.idle_s(seen_at) if seen_at else None
+    return {"id": m.id, "name": m.name, "class": m.class_name, "params": m.params,
+            "param_bytes": m.param_bytes, "buffer_bytes": m.buffer_bytes,
+            "placeholder_bytes": m.placeholder_bytes, "device": m.device, "dtype": m.dtype,
+            "training": m.training, "requires_grad": m.requires_grad,
+            "training_evidence": m.training_evidence, "last_used": m.last_used,
+            "first_seen": m.first_seen, "idle_since": m.idle_since,
+            "idle_s": None if idle is None else round(idle, 1), "group": m.group,
+            "state": m.state, "offloaded_to": m.offloaded_to, "pinned": m.pinned,
+            "home_device": m.home_device, "unload_blocker": m.unload_blocker,
+            "auto_unload_blocker": m.auto_unload_blocker}
 
 
 def event_to_json(event: ModelEvent) -> dict[str, Any]:
@@ -522,7 +544,7 @@ def unload(entry: AgentEntry, model: str, to: str | None = "cpu", force: bool = 
     """Offload model ``model``'s weights (``to`` "cpu" or "disk"; None lets the
     agent choose: cpu for a GPU model, disk for a CPU one); never raises.
 
-    A refusal (training mode, a forward running, torch.compile, ...) comes
+    A refusal (training evidence, a forward running, torch.compile, ...) comes
     back as ``ok=False, code="refused"`` with the agent's reason in ``error``.
     """
     params: dict[str, Any] = {"model": model, "force": bool(force)}

@@ -4,6 +4,11 @@ The agent speaks JSON (``app.agent.protocol``); these dataclasses are the
 app's side of it.  Parsing is defensive: an agent is another process (maybe
 another version), so a missing or mistyped field becomes ``None`` ("n/a"),
 never a crash and never 0.  All memory figures are bytes, times epoch seconds.
+
+Newer fields an older agent does not send stay unknown, with one exception:
+an older agent's idle clock was its last forward, so ``ModelInfo.idle_since``
+falls back to ``last_used`` when the key is absent (not when it is null: a
+null ``idle_since`` is the agent saying it cannot see the model's use).
 """
 
 from __future__ import annotations
@@ -124,24 +129,49 @@ class ModelInfo:
     buffer_bytes: int | None
     device: str | None  # "cuda:0", "cpu", or "mixed"
     dtype: str | None  # "float16", or "mixed"
-    training: bool | None
-    last_used: float | None  # epoch seconds of the last forward, None = never seen
-    requires_grad: bool | None = None
+    training: bool | None  # train mode (``model.training``)
+    last_used: float | None  # epoch seconds of the last forward, None = none seen
+    requires_grad: bool | None = None  # informational: blocks nothing
     group: str | None = None  # pipeline the model belongs to, e.g. "StableDiffusionPipeline"
     # Model manager (unload / reload):
     state: str = "resident"  # "resident", "unloading", "offloaded", "reloading"
     offloaded_to: str | None = None  # "cpu" or "disk" while offloaded
     pinned: bool = False  # exempt from automatic unloading
-    # Why the agent would refuse an automatic unload (None = eligible when idle):
-    # "training mode", "requires grad", "pinned", "torch.compile", "never used" ...
+    # Why the agent would refuse an automatic unload (None = eligible once idle):
+    # its unload_blocker, else its training_evidence, else "pinned", else (its own
+    # idle timer) "not on a GPU".
     auto_unload_blocker: str | None = None
     home_device: str | None = None  # where the weights live when resident ("cuda:0")
     # bytes per device: {"cuda:0": {"params": n, "buffers": n}}
     bytes_by_device: dict[str, dict[str, int]] = field(default_factory=dict)
+    first_seen: float | None = None  # epoch seconds the agent first saw the model
+    # Epoch seconds the idle clock counts from: the last forward, else first_seen.
+    # None: unknown (the agent cannot see the model's use, e.g. compiled code).
+    idle_since: float | None = None
+    # Why the agent counts the model as training ("train mode", "gradients present",
+    # "optimizer step 40 s ago", "backward 2 min ago"); None: no evidence.  Refuses
+    # an unload unless forced (manual only) and blocks automatic unloading.
+    training_evidence: str | None = None
+    # Why the agent refuses any unload, forced or not ("torch.compile", "TorchScript",
+    # "torch.export", "shares tensors with m3", "meta placeholders", "no agent hooks").
+    unload_blocker: str | None = None
+    # Bytes of meta-device placeholders (weights held elsewhere, e.g. by an offload
+    # hook); not in bytes_by_device.  None: unknown.
+    placeholder_bytes: int | None = None
 
     def bytes_on(self, device: str) -> int:
         per = self.bytes_by_device.get(device, {})
         return sum(v for v in per.values() if isinstance(v, int))
+
+    def idle_s(self, now: float) -> float | None:
+        """Seconds on the agent's idle clock at ``now`` (epoch seconds); None = unknown."""
+        return None if self.idle_since is None else max(0.0, now - self.idle_since)
+
+    @property
+    def blocker(self) -> str | None:
+        """What keeps the model resident: a blocker of any unload first, else the
+        automatic one (None: eligible once idle)."""
+        return self.unload_blocker or self.auto_unload_blocker
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ModelInfo | None":
@@ -155,18 +185,25 @@ class ModelInfo:
                 if isinstance(dev, str) and isinstance(parts, dict):
                     by_device[dev] = {k: v for k, v in parts.items()
                                       if isinstance(k, str) and _int(v) is not None}
+        last_used = _float(data.get("last_used"))
+        # An older agent sends no idle_since: its idle clock was the last forward.
+        idle_since = _float(data["idle_since"]) if "idle_since" in data else last_used
         return cls(
             id=model_id, name=_str(data.get("name")) or model_id,
             class_name=_str(data.get("class")) or "?",
             params=_int(data.get("params")), param_bytes=_int(data.get("param_bytes")),
             buffer_bytes=_int(data.get("buffer_bytes")), device=_str(data.get("device")),
             dtype=_str(data.get("dtype")), training=_bool(data.get("training")),
-            last_used=_float(data.get("last_used")), requires_grad=_bool(data.get("requires_grad")),
+            last_used=last_used, requires_grad=_bool(data.get("requires_grad")),
             group=_str(data.get("group")), bytes_by_device=by_device,
             state=_str(data.get("state")) or "resident",
             offloaded_to=_str(data.get("offloaded_to")), pinned=data.get("pinned") is True,
             auto_unload_blocker=_str(data.get("auto_unload_blocker")),
-            home_device=_str(data.get("home_device")))
+            home_device=_str(data.get("home_device")),
+            first_seen=_float(data.get("first_seen")), idle_since=idle_since,
+            training_evidence=_str(data.get("training_evidence")),
+            unload_blocker=_str(data.get("unload_blocker")),
+            placeholder_bytes=_int(data.get("placeholder_bytes")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,23 @@ The model manager is simulated too: ``unload`` takes a model's bytes out of
 its process's NVML and allocator figures (``DemoSource.set_offloaded``) and
 empties the cache, as the real agent does; the model comes back on its next
 scripted use (reason "forward") or on ``reload``.  Scripted use: the training
-job's ResNet (training mode: refused without force, never auto-unloaded) and
-the eval job's BERT run continuously, the embedding server answers a request
-every ~1.3 s, and the notebook's StableDiffusion pipeline has been idle for
-hours (eligible for the pressure policy) until its user comes back every 20
-minutes to run it (text encoder, then 4 s of UNet steps, then the VAE), which
-regrows its cache.  Moves take plausible times: ~10 GB/s to and from pinned
-host memory, ~2 GB/s to and from disk.
+job's ResNet (train mode, stepped by its optimizer: training evidence, so
+refused without force and never auto-unloaded) and the eval job's BERT run
+continuously, the embedding server answers a request every ~1.3 s, and the
+notebook's StableDiffusion pipeline has been idle for hours (eligible for the
+pressure policy) until its user comes back every 20 minutes to run it (text
+encoder, then 4 s of UNet steps, then the VAE), which regrows its cache.
+Moves take plausible times: ~10 GB/s to and from pinned host memory, ~2 GB/s
+to and from disk.
+
+As with real ``from_pretrained`` models, every simulated parameter requires
+grad; that blocks nothing.  The simulated agents report what the real one
+does, by the same rule (``_auto_blocker``): model ids ``m1``, ``m2``, ... per
+process, ``first_seen``, ``idle_since`` (the last forward), the ResNet's
+``training_evidence``, and an ``auto_unload_blocker`` that is the model's
+unload blocker, else its training evidence, else "pinned", else "not on a
+GPU".  So the notebook's pipeline is eligible because it is idle and shows no
+training evidence.
 """
 
 from __future__ import annotations
@@ -53,9 +63,14 @@ class _Model:
     params: int
     bytes_per_param: int
     buffer_bytes: int
-    training: bool
+    training: bool  # train mode, stepped by an optimizer every iteration
     group: str | None = None
     use_offset_s: float = 0.0  # when, within one use of its process, it runs its forward
+    unload_blocker: str | None = None  # why any unload would be refused (none in the demo)
+
+    @property
+    def training_evidence(self) -> str | None:
+        return "train mode" if self.training else None
 
     @property
     def param_bytes(self) -> int:
@@ -78,6 +93,9 @@ class _AgentSpec:
     # None: used all the time (``idle_s`` behind); else used every this many
     # seconds of its life (the first time one period in), idle ``idle_s`` before.
     use_every_s: float | None = None
+    # Seconds before its process's simulated life began that its agent first saw
+    # the models (0: at that start).
+    seen_before_s: float = 0.0
 
 
 SPECS = (
@@ -95,7 +113,8 @@ SPECS = (
          _Model("pipe.vae", "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL", 83_653_863, 2, 0, False,
                 "StableDiffusionPipeline", use_offset_s=4.3)),
         idle_s=2 * 3600 + 17 * 60, gc_objects=9_031,
-        use_every_s=1200.0),  # ... until its user comes back every 20 minutes
+        use_every_s=1200.0,  # ... until its user comes back every 20 minutes
+        seen_before_s=2 * 3600 + 17 * 60 + 25 * 60),  # loaded, used for 25 min, left
     _AgentSpec(
         "eval.py", 506 * MiB, 437_928_960 + 8192, 0.55,
         (_Model("bert-base-uncased",
@@ -130,6 +149,29 @@ class _ProcState:
     seq: int = 0
     idle_unload_s: float | None = None
     local: float = 0.0  # seconds into its life when last simulated
+
+
+def model_id(i: int) -> str:
+    """The id of a process's ``i``-th model, as the real agent numbers them: m1, m2, ..."""
+    return f"m{i + 1}"
+
+
+def _auto_blocker(model: _Model, pinned: bool, on_gpu: bool) -> str | None:
+    """Why the agent refuses an automatic unload (the real agent's rule)."""
+    if model.unload_blocker:
+        return model.unload_blocker
+    if model.training_evidence:
+        return model.training_evidence
+    if pinned:
+        return "pinned"
+    if not on_gpu:
+        return "not on a GPU"
+    return None
+
+
+def _first_seen(spec: _AgentSpec, model: _Model) -> float:
+    """Seconds into its process's life when its agent first saw ``model``."""
+    return min(-spec.seen_before_s, _last_use(spec, model, 0.0))
 
 
 def _last_use(spec: _AgentSpec, model: _Model, local: float) -> float:
@@ -298,7 +340,7 @@ class DemoAgents(AgentDirectory):
                                      code=protocol.NOT_FOUND)
         spec = self._specs[st.index]
         for i in range(len(spec.models)):
-            if f"{pid}:{i}" == model:
+            if model_id(i) == model:
                 return self._proc(pid, st), st, i
         return ModelActionResult(pid, model, False, error=f"no model {model!r} in process {pid}",
                                  code=protocol.NOT_FOUND)
@@ -307,13 +349,10 @@ class DemoAgents(AgentDirectory):
         self.source.read()  # watched_state (and so reports) show the move at once
         self._cache_tick = None
 
-    def _blocker(self, proc: _ProcState | None, spec: _AgentSpec, i: int) -> str | None:
-        m = spec.models[i]
-        if m.training:
-            return "training mode"
-        if proc is not None and proc.models[i].pinned:
-            return "pinned"
-        return None
+    def _blocker(self, proc: _ProcState | None, spec: _AgentSpec, i: int,
+                 st: WatchedState) -> str | None:
+        pinned = proc is not None and proc.models[i].pinned
+        return _auto_blocker(spec.models[i], pinned, on_gpu=self._memory(spec, st)[3])
 
     def _refusal(self, proc: _ProcState, st: WatchedState, i: int, force: bool,
                  reason: str) -> str | None:
@@ -323,11 +362,13 @@ class DemoAgents(AgentDirectory):
             return f"already {ms.state}" + (f" to {ms.offloaded_to}" if ms.offloaded_to else "")
         if not self._memory(spec, st)[3]:
             return "still loading: its weights are not on the GPU yet"
+        m = spec.models[i]
+        if m.unload_blocker:
+            return m.unload_blocker
+        if m.training_evidence and (reason != "manual" or not force):
+            return f"training evidence: {m.training_evidence}"
         if reason != "manual" and ms.pinned:
             return "pinned"
-        if spec.models[i].training and not force:
-            return ("training mode: the optimizer holds its parameters "
-                    "(force unloads anyway; it reloads on the next forward)")
         return None
 
     def _offloaded_bytes(self, proc: _ProcState) -> int:
@@ -338,7 +379,7 @@ class DemoAgents(AgentDirectory):
     def _event(self, proc: _ProcState, i: int, **fields) -> ModelEvent:  # type: ignore[no-untyped-def]
         proc.seq += 1
         m = self._specs[proc.index].models[i]
-        event = ModelEvent(seq=proc.seq, time=time.time(), model=f"{proc.pid}:{i}", name=m.name,
+        event = ModelEvent(seq=proc.seq, time=time.time(), model=model_id(i), name=m.name,
                            **fields)
         proc.events.append(event)
         self._log.add(proc.pid, (event,))
@@ -396,7 +437,7 @@ class DemoAgents(AgentDirectory):
                     if ms.state == "offloaded" and last > ms.offloaded_at:
                         self._reload(proc, i, "forward")
                     elif (ms.state == "resident" and proc.idle_unload_s is not None
-                          and self._blocker(proc, spec, i) is None
+                          and self._blocker(proc, spec, i, st) is None
                           and local - last >= proc.idle_unload_s):
                         self._unload(proc, st, i, "cpu", "idle", local)
 
@@ -435,12 +476,15 @@ class DemoAgents(AgentDirectory):
             if spec.idle_s is None and spec.use_every_s is None:
                 idle = rng.uniform(0.0, 0.3)
             models.append(ModelInfo(
-                id=f"{pid}:{i}", name=m.name, class_name=m.class_name, params=m.params,
+                id=model_id(i), name=m.name, class_name=m.class_name, params=m.params,
                 param_bytes=m.param_bytes, buffer_bytes=m.buffer_bytes, device=device,
                 dtype=m.dtype, training=m.training, last_used=now - idle,
-                requires_grad=m.training, group=m.group, bytes_by_device=by_device,
+                requires_grad=True, group=m.group, bytes_by_device=by_device,
                 state=ms.state, offloaded_to=ms.offloaded_to, pinned=ms.pinned,
-                auto_unload_blocker=self._blocker(state, spec, i), home_device=home))
+                auto_unload_blocker=_auto_blocker(m, ms.pinned, loaded), home_device=home,
+                first_seen=min(now - idle, now - (st.local - _first_seen(spec, m))),
+                idle_since=now - idle, training_evidence=m.training_evidence,
+                unload_blocker=m.unload_blocker, placeholder_bytes=0))
         peak_reserved = reserved if spec.match != "train.py" else max(
             reserved, int(self.source.processes[st.index].base + proc.amp) - spec.context)
         dev = DeviceMemory(index=st.gpu, allocated=allocated, reserved=reserved,

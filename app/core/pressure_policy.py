@@ -17,12 +17,17 @@ The rule (per GPU, NVML ``memory_used / memory_total``):
 * ``min_interval_s`` (30 s) must pass between two actions on the same GPU; a
   crossing sooner is deferred (logged once) and acted on once it has passed,
   if the GPU is still above the threshold.
-* A model is eligible when it is resident, in eval mode, not pinned, needs no
-  gradients, has run a forward at least once and not for ``min_idle_s``
-  (5 min), and its agent names no ``auto_unload_blocker``.  A model belongs to
-  a GPU when its home device is the CUDA device that the process's agent maps
-  to that GPU's UUID (``AgentReport.device_for_gpu``; CUDA_VISIBLE_DEVICES
-  renumbers devices inside a process).
+* A model is eligible when it is resident, not pinned, its agent names no
+  ``auto_unload_blocker``, and it has been idle for at least ``min_idle_s``
+  (5 min) on the agent's idle clock (``idle_since``: the last forward, or
+  before any forward when the agent first saw it; an older agent's last
+  forward).  The agent alone says what blocks an automatic unload (training
+  evidence, torch.compile, shared tensors, ...): the policy never re-derives
+  that from ``training`` or ``requires_grad``, and a model whose idle time is
+  unknown is never chosen.  A model belongs to a GPU when its home device
+  is the CUDA device that the process's agent maps to that GPU's UUID
+  (``AgentReport.device_for_gpu``; CUDA_VISIBLE_DEVICES renumbers devices
+  inside a process).
 * Every decision is logged (``PolicyDecision``), "nothing eligible" and
   "deferred" included, with its reason; an unload's decision is updated with
   the agents' answers and the bytes really released once it has run.
@@ -53,6 +58,7 @@ log = logging.getLogger(__name__)
 UNLOAD = "unload"
 NOTHING_ELIGIBLE = "nothing eligible"
 DEFERRED = "deferred"
+IDLE_UNKNOWN = "idle time unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +66,7 @@ class PressurePolicyConfig:
     enabled: bool = True
     threshold: float = 0.90  # act when used / total reaches this
     rearm: float = 0.85  # unload until projected usage is below this; re-arm below it
-    min_idle_s: float = 300.0  # seconds since a model's last forward
+    min_idle_s: float = 300.0  # seconds on a model's idle clock (see ModelInfo.idle_since)
     min_interval_s: float = 30.0  # between two actions on the same GPU
     target: str = "cpu"  # where unloaded weights go: "cpu" (pinned host memory) or "disk"
 
@@ -82,7 +88,7 @@ class UnloadAction:
     gpu_uuid: str | None
     device: str  # the model's home device inside its process, "cuda:0"
     bytes: int  # what it holds on that GPU (parameters + buffers)
-    idle_s: float
+    idle_s: float  # seconds on the agent's idle clock when decided
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,18 +139,12 @@ def _why_not(model: "ModelInfo", idle_s: float | None, min_idle_s: float) -> str
         return model.state + (f" to {model.offloaded_to}" if model.offloaded_to else "")
     if model.pinned:
         return "pinned"
-    if model.training is True:
-        return "training mode"
-    if model.training is None:
-        return "mode unknown"
-    if model.requires_grad is True:
-        return "requires grad"
     if model.auto_unload_blocker:
         return model.auto_unload_blocker
-    if model.last_used is None or idle_s is None:
-        return "never used"
+    if idle_s is None:
+        return IDLE_UNKNOWN
     if idle_s < min_idle_s:
-        return f"used {idle_s:.0f} s ago"
+        return f"idle {idle_s:.0f} s (< {min_idle_s:g} s)"
     return None
 
 
@@ -243,14 +243,14 @@ class PressurePolicy:
                 home = m.home_device or m.device
                 if home != cuda:
                     continue
-                idle = None if m.last_used is None else max(0.0, seen_at - m.last_used)
+                idle = m.idle_s(seen_at)
                 why = _why_not(m, idle, self.config.min_idle_s)
-                if why is not None:
-                    skipped.append((pid, m.id, m.name, why))
+                if why is not None or idle is None:
+                    skipped.append((pid, m.id, m.name, why or IDLE_UNKNOWN))
                     continue
                 nbytes = m.bytes_on(cuda) or (m.param_bytes or 0) + (m.buffer_bytes or 0)
                 eligible.append(UnloadAction(pid, m.id, m.name, gpu.index, gpu.uuid, cuda,
-                                             nbytes, idle or 0.0))
+                                             nbytes, idle))
         eligible.sort(key=lambda a: (-a.idle_s, -a.bytes, a.pid, a.model))
         return eligible, skipped
 

@@ -51,12 +51,15 @@ from app.ui.model_actions import (
     PIN,
     RELOAD,
     UNLOAD,
-    blocker_tooltip,
-    fmt_idle,
     force_consequences,
     idle_seconds,
+    idle_text,
+    idle_tooltip,
     is_moving,
+    model_blocker_tooltip,
     model_device,
+    model_facts,
+    model_note,
     state_text,
     target_text,
 )
@@ -394,7 +397,7 @@ MODEL_COLUMNS = ("Name", "State", "Size", "Device", "Idle", "Pinned", "Mode", "D
                  "Class")
 (MCOL_NAME, MCOL_STATE, MCOL_SIZE, MCOL_DEVICE, MCOL_IDLE, MCOL_PINNED, MCOL_MODE, MCOL_DTYPE,
  MCOL_PARAMS, MCOL_CLASS) = range(len(MODEL_COLUMNS))
-MCOL_LAST = MCOL_IDLE  # "Last used" became "Idle" ("idle 3 min", "in use", "never used")
+MCOL_LAST = MCOL_IDLE  # "Last used" became "Idle" ("idle 3 min", "in use", "n/a")
 _MODEL_NUMERIC = {MCOL_PARAMS, MCOL_SIZE}
 MODEL_SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -493,7 +496,10 @@ class ModelListModel(QAbstractTableModel):
                     MCOL_STATE: "Where the weights are: resident on the GPU, or offloaded to "
                                 "host memory (CPU) or disk until the next forward pass",
                     MCOL_DEVICE: "The GPU the weights belong on (also while offloaded)",
-                    MCOL_IDLE: "Time since the last forward pass",
+                    MCOL_IDLE: "The agent's idle clock: time since the last forward pass "
+                               "(before the first one: since the agent first saw the model)",
+                    MCOL_MODE: "Train or eval mode (model.training). Whether a model counts "
+                               "as training is the agent's training evidence (in the tooltips)",
                     MCOL_PINNED: "Pinned models are never unloaded automatically"}.get(section)
         return None
 
@@ -515,7 +521,7 @@ class ModelListModel(QAbstractTableModel):
         if col == MCOL_MODE:
             return model_mode(m)
         if col == MCOL_IDLE:
-            return fmt_idle(idle_seconds(m, self._now))
+            return idle_text(m, self._now)
         if col == MCOL_PINNED:
             return "pinned" if m.pinned else ""
         return ""
@@ -528,7 +534,7 @@ class ModelListModel(QAbstractTableModel):
             return size if size is not None else -1
         if col == MCOL_IDLE:
             idle = idle_seconds(m, self._now)
-            return idle if idle is not None else float("inf")
+            return idle if idle is not None else -1.0
         if col == MCOL_STATE:
             return ("resident", "unloading", "reloading", "offloaded").index(m.state) \
                 if m.state in ("resident", "unloading", "reloading", "offloaded") else 9
@@ -542,9 +548,8 @@ class ModelListModel(QAbstractTableModel):
             for dev, per in sorted(m.bytes_by_device.items()):
                 parts.append(f"{dev}: params {fmt_bytes(per.get('params'))}, "
                              f"buffers {fmt_bytes(per.get('buffers'))}")
-            if m.requires_grad is not None:
-                parts.append("requires grad" if m.requires_grad else "frozen (no grad)")
-            parts += ["", blocker_tooltip(m.auto_unload_blocker)]
+            parts += model_facts(m)
+            parts += ["", model_blocker_tooltip(m)]
             return "\n".join(parts)
         if col == MCOL_STATE:
             pending = self._pending.get(m.id)
@@ -555,17 +560,27 @@ class ModelListModel(QAbstractTableModel):
                          "the next forward pass (or Reload) brings them back")
             elif is_moving(m, pending):
                 text += " — the weights are being moved"
-            return text + "\n\n" + blocker_tooltip(m.auto_unload_blocker)
+            return text + "\n\n" + model_blocker_tooltip(m)
         if col == MCOL_SIZE:
-            return (f"parameters {fmt_bytes(m.param_bytes, 2)} + "
+            text = (f"parameters {fmt_bytes(m.param_bytes, 2)} + "
                     f"buffers {fmt_bytes(m.buffer_bytes, 2)}")
+            if m.placeholder_bytes:
+                text += (f"\nplus {fmt_bytes(m.placeholder_bytes, 2)} of meta placeholders "
+                         "(weights held elsewhere, not on any device here)")
+            return text
+        if col == MCOL_MODE:
+            mode = f"{model_mode(m)} mode" if m.training is not None else "mode unknown"
+            return mode + (f"; training evidence: {m.training_evidence}"
+                           if m.training_evidence else "")
         if col == MCOL_PARAMS and m.params is not None:
             return f"{m.params:,} parameters"
         if col == MCOL_DEVICE and m.state != "resident":
             return (f"Home device {model_device(m)}; the weights are now on "
                     f"{m.device or target_text(m.offloaded_to)}")
-        if col in (MCOL_IDLE, MCOL_PINNED):
-            return blocker_tooltip(m.auto_unload_blocker)
+        if col == MCOL_IDLE:
+            return idle_tooltip(m) + "\n\n" + model_blocker_tooltip(m)
+        if col == MCOL_PINNED:
+            return model_blocker_tooltip(m)
         if col == MCOL_CLASS:
             return m.class_name
         return None
@@ -591,7 +606,7 @@ class ModelListModel(QAbstractTableModel):
             return self._tooltip(m, col)
         if role == Qt.ItemDataRole.ForegroundRole:
             text = self.text(m, col)
-            if text in (NA, "never", "never used") or (col == MCOL_IDLE and text == "in use"):
+            if text == NA or (col == MCOL_IDLE and text == "in use"):
                 from PySide6.QtGui import QGuiApplication
 
                 return pal.muted(QGuiApplication.palette())
@@ -774,9 +789,11 @@ class ProcessDetailView(QDialog):
         self.idle_spin.setKeyboardTracking(False)
         self.idle_state = QLabel("", self)
         self.idle_state.setObjectName("secondary")
-        tip = ("The agent inside the process unloads models to host memory once they have "
-               "not run a forward pass for this long (pinned, training and never-used models "
-               "excepted); it works even when this app is not running.")
+        tip = ("The agent inside the process unloads its GPU models to host memory once "
+               "they have been idle this long (no forward pass; before the first one, since "
+               "the agent first saw them). Pinned models, models with training evidence and "
+               "those the agent cannot move are left alone. It works even when this app is "
+               "not running.")
         for w in (self.idle_box, self.idle_spin, self.idle_state):
             w.setToolTip(tip)
         mhead.addWidget(self.idle_box)
@@ -815,11 +832,12 @@ class ProcessDetailView(QDialog):
         header.setSectionResizeMode(MCOL_NAME, QHeaderView.ResizeMode.Stretch)
         fm = self.fontMetrics()
         for col, sample in ((MCOL_STATE, "Offloaded to disk"), (MCOL_CLASS, "UNet2DConditionModel"),
-                            (MCOL_PARAMS, "000.0 M"), (MCOL_SIZE, "000.0 GiB"),
+                            (MCOL_PARAMS, "000.0 M"), (MCOL_SIZE, "000.0 MiB"),
                             (MCOL_DEVICE, "cuda:0"), (MCOL_DTYPE, "bfloat16"),
                             (MCOL_MODE, "train"), (MCOL_IDLE, "idle 2 h 17 min"),
                             (MCOL_PINNED, "pinned")):
-            extra = 36 if col == MCOL_STATE else 18
+            # the cell's padding (6 px a side) and the sort arrow's room
+            extra = 36 if col in (MCOL_STATE, MCOL_SIZE) else 18
             self.models_view.setColumnWidth(col, max(fm.horizontalAdvance(sample),
                                                      fm.horizontalAdvance(MODEL_COLUMNS[col]) + 12)
                                             + extra)
@@ -1116,18 +1134,25 @@ class ProcessDetailView(QDialog):
         busy = moving or pending is not None
         self.model_progress.setVisible(busy)
         resident = m.state == "resident"
-        self.unload_cpu_button.setEnabled(live and not busy and resident)
-        self.unload_disk_button.setEnabled(live and not busy and resident)
+        # The agent refuses any unload of a model with an unload blocker: no button for it.
+        unloadable = resident and not m.unload_blocker
+        self.unload_cpu_button.setEnabled(live and not busy and unloadable)
+        self.unload_disk_button.setEnabled(live and not busy and unloadable)
         self.reload_button.setEnabled(live and not busy and m.state == "offloaded")
         self.pin_button.setText("Unpin" if m.pinned else "Pin")
         self.pin_button.setEnabled(live and not busy)
         size = fmt_bytes(model_size(m))
-        self.unload_cpu_button.setToolTip(
-            f"Move {m.name}'s weights ({size}) to pinned host memory and release the GPU "
-            "memory; the next forward pass reloads them (fast)")
-        self.unload_disk_button.setToolTip(
-            f"Write {m.name}'s weights ({size}) to a file on disk and release the GPU memory; "
-            "frees host memory too, slower to reload")
+        if m.unload_blocker:
+            refused = f"The agent refuses any unload of {m.name}: {m.unload_blocker}"
+            self.unload_cpu_button.setToolTip(refused)
+            self.unload_disk_button.setToolTip(refused)
+        else:
+            self.unload_cpu_button.setToolTip(
+                f"Move {m.name}'s weights ({size}) to pinned host memory and release the GPU "
+                "memory; the next forward pass reloads them (fast)")
+            self.unload_disk_button.setToolTip(
+                f"Write {m.name}'s weights ({size}) to a file on disk and release the GPU "
+                "memory; frees host memory too, slower to reload")
         self.reload_button.setToolTip(f"Bring {m.name}'s weights back to {model_device(m)} now "
                                       "(instead of at the next forward pass)")
         self.pin_button.setToolTip("Pinned models are never unloaded automatically (by the "
@@ -1146,11 +1171,10 @@ class ProcessDetailView(QDialog):
             if getattr(last, "refused", False):
                 text = f"Refused: {last.error}"
                 if can_force:
-                    text += " — the agent keeps the model resident; you can override it"
+                    text += " — you can override it"
             self._set_model_result(text, error=not last.ok, tooltip=last.summary())
-        elif m.auto_unload_blocker:
-            self._set_model_result(f"Not unloaded automatically: {m.auto_unload_blocker}",
-                                   muted=True, tooltip=blocker_tooltip(m.auto_unload_blocker))
+        elif note := model_note(m):
+            self._set_model_result(note, muted=True, tooltip=model_blocker_tooltip(m))
         else:
             self._set_model_result("", muted=True)
 

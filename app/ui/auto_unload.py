@@ -72,8 +72,10 @@ class AutoUnloadForm(QWidget):
                                    "After acting, act again only once usage has fallen below "
                                    "this share (no back-and-forth around the threshold)")
         self.idle_spin = spin_box(self, 0, 24 * 60, " min", "autoUnloadMinIdle",
-                                  "Only models whose last forward pass is at least this old "
-                                  "are unloaded; pinned models never are")
+                                  "Only models idle at least this long are unloaded (no "
+                                  "forward pass; before the first one, since the agent first "
+                                  "saw them); pinned models and models with training evidence "
+                                  "never are")
         form.addRow("Threshold", self.threshold_spin)
         form.addRow("Re-arm below", self.rearm_spin)
         form.addRow("Idle for at least", self.idle_spin)
@@ -81,8 +83,8 @@ class AutoUnloadForm(QWidget):
         self.note = QLabel(self)
         self.note.setObjectName("secondary")
         self.note.setWordWrap(True)
-        self.note.setText("Largest idle models go first, to host memory; the next forward "
-                          "pass reloads them.")
+        self.note.setText("The longest idle models go first, to host memory; the next "
+                          "forward pass reloads them.")
         self.note.setMaximumWidth(320)
         lay.addWidget(self.note)
         self._settings = settings

@@ -7,8 +7,10 @@ queued signal.  A :class:`ModelAction` carries the NVML figures taken at the
 click so the window can say what the driver *shows* was released, like the
 free-cache action does (:meth:`ModelAction.measure`).
 
-Also here: the Qt-free texts of the model list (state badge, idle time) and of
-the refusals an agent answers with.
+Also here: the Qt-free texts of the model list (state badge, idle time,
+blockers) and of the refusals an agent answers with.  The agent decides what
+may be unloaded; these texts only explain its words (``app.core.unload_reasons``
+says which ones ``force`` overrides: training evidence only).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.core.agent_types import AgentReport, ModelActionResult, ModelEvent, ModelInfo
 from app.core.samples import Snapshot
+from app.core.unload_reasons import overridable, refuses_any_unload
 from app.ui.action_runner import ActionJob, ActionRunner, DirectoryLike, error_text
 from app.ui.agent_actions import gpu_used, nvml_usage
 from app.ui.format import NA, fmt_bytes
@@ -78,14 +81,16 @@ def model_device(m: ModelInfo) -> str:
 
 
 def idle_seconds(m: ModelInfo, now: float) -> float | None:
-    return None if m.last_used is None else max(0.0, now - m.last_used)
+    """Seconds on the agent's idle clock (``idle_since``) at ``now``; None = unknown."""
+    return m.idle_s(now)
 
 
-def fmt_idle(seconds: float | None) -> str:
-    """``in use``, ``idle 45 s``, ``idle 12 min``, ``idle 2 h 17 min``; ``never used``."""
+def fmt_idle(seconds: float | None, forward_seen: bool = True) -> str:
+    """``in use``, ``idle 45 s``, ``idle 12 min``, ``idle 2 h 17 min``; ``n/a`` when
+    unknown.  Only a model seen in a forward is ``in use``: one never run is idle."""
     if seconds is None:
-        return "never used"
-    if seconds < IN_USE_S:
+        return NA
+    if seconds < IN_USE_S and forward_seen:
         return "in use"
     if seconds < 60:
         return f"idle {int(seconds)} s"
@@ -97,68 +102,150 @@ def fmt_idle(seconds: float | None) -> str:
     return f"idle {int(seconds // 86400)} d"
 
 
-_BLOCKER_HELP = {
-    "training mode": "the model is in training mode (model.train()): an optimizer may step it "
-                     "at any time",
-    "requires grad": "its parameters require gradients: gradients and optimizer state refer "
-                     "to them",
-    "pinned": "you pinned it: pinned models are never unloaded automatically",
-    "torch.compile": "it is compiled with torch.compile: compiled graphs hold their own "
-                     "references to the weights, moving them is not safe",
-    "never used": "no forward pass has been seen yet, so the agent cannot tell whether it "
-                  "is idle",
-}
+def idle_text(m: ModelInfo, now: float) -> str:
+    """The Idle column: the agent's idle clock, "n/a" when it cannot say."""
+    return fmt_idle(idle_seconds(m, now), forward_seen=m.last_used is not None)
 
 
-def blocker_tooltip(blocker: str | None) -> str:
-    """Why the model is (not) eligible for automatic unloading."""
+def _clock(epoch_s: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(epoch_s))
+
+
+def idle_tooltip(m: ModelInfo) -> str:
+    """Where the idle clock counts from."""
+    if m.idle_since is None:
+        return ("Idle time unknown: the agent cannot see when this model is used (for "
+                "example when it only runs through compiled code).")
+    if m.last_used is None:
+        return (f"No forward pass seen yet: idle since the agent first saw it "
+                f"({_clock(m.idle_since)}).")
+    return f"Idle since its last forward pass ({_clock(m.idle_since)})."
+
+
+#: (words in the agent's blocker, what they mean), most specific first.
+_BLOCKER_HELP = (
+    ("train mode", "the model is in train mode (model.train()): an optimizer may step it "
+                   "at any time"),
+    ("training mode", "the model is in train mode (model.train()): an optimizer may step it "
+                      "at any time"),
+    ("optimizer step", "an optimizer stepped its parameters recently: it is training"),
+    ("gradients present", "its parameters hold gradients: a backward pass or an optimizer "
+                          "step may use them"),
+    ("backward", "a backward pass ran through it recently: it is training"),
+    ("training", "the agent sees it training"),
+    ("pinned", "you pinned it: pinned models are never unloaded automatically"),
+    ("torch.compile", "it is used through torch.compile: compiled graphs hold their own "
+                      "references to the weights, moving them is not safe"),
+    ("torch.export", "it is used through torch.export: the exported program holds its own "
+                     "references to the weights, moving them is not safe"),
+    ("torchscript", "it is used through TorchScript: the scripted code holds its own "
+                    "references to the weights, moving them is not safe"),
+    ("torch.fx", "it is part of a torch.fx GraphModule that holds the same weights"),
+    ("torch.func", "a torch.func transform holds its weights"),
+    ("torch internals", "torch's own machinery holds its weights"),
+    ("shares tensors", "it shares tensors with another model: moving them would pull them "
+                       "out from under that model too"),
+    ("meta", "it holds meta placeholders: its weights are held elsewhere (e.g. by an "
+             "offload hook), so the agent cannot move them"),
+    ("sparse", "it holds sparse or quantized tensors, which the agent cannot move"),
+    ("quantized", "it holds sparse or quantized tensors, which the agent cannot move"),
+    ("subclass", "it holds tensor subclasses, which the agent cannot move"),
+    ("tensors on", "it holds tensors on a device the agent cannot move them from"),
+    ("hooks", "the agent has no hooks on it: it cannot see its forwards or reload it on "
+              "the next one"),
+    ("not on a gpu", "its weights are not on a GPU: the process's idle timer leaves it be"),
+)
+
+
+def blocker_help(blocker: str) -> str | None:
+    """What the agent's blocker means, in a sentence; None when unknown."""
+    text = blocker.lower()
+    return next((why for key, why in _BLOCKER_HELP if key in text), None)
+
+
+def blocker_tooltip(blocker: str | None, any_unload: bool = False) -> str:
+    """Why the model is (not) eligible for automatic unloading.  ``any_unload``: the
+    agent refuses even a forced unload (its ``unload_blocker``)."""
     if not blocker:
         return ("Eligible for automatic unloading once idle (by the process's idle timer "
                 "or the app's memory-pressure policy).")
-    key = next((k for k in _BLOCKER_HELP if k in blocker.lower()), None)
-    why = _BLOCKER_HELP.get(key, blocker) if key else blocker
-    text = f"Not unloaded automatically: {why}."
-    if overridable(blocker):
+    why = blocker_help(blocker)
+    if any_unload or refuses_any_unload(blocker):
+        text = f"Never unloaded, not even by hand: {blocker}."
+    else:
+        text = f"Not unloaded automatically: {blocker}."
+    if why:
+        text += f"\n{why[0].upper()}{why[1:]}."
+    if overridable(blocker) and not any_unload:
         text += "\nYou can still unload it by hand (“Unload anyway”)."
     return text
 
 
+def model_blocker_tooltip(m: ModelInfo) -> str:
+    """``blocker_tooltip`` of what keeps ``m`` resident (its unload blocker first)."""
+    if m.unload_blocker:
+        return blocker_tooltip(m.unload_blocker, any_unload=True)
+    return blocker_tooltip(m.auto_unload_blocker)
+
+
+def model_note(m: ModelInfo) -> str:
+    """One line for a selected model: what keeps it resident and its meta
+    placeholders ("" when there is nothing to say)."""
+    parts = []
+    if m.unload_blocker:
+        parts.append(f"Never unloaded: {m.unload_blocker}")
+    elif m.auto_unload_blocker:
+        what = "training evidence: " if m.auto_unload_blocker == m.training_evidence else ""
+        parts.append(f"Not unloaded automatically: {what}{m.auto_unload_blocker}")
+    if m.placeholder_bytes:
+        parts.append(f"{fmt_bytes(m.placeholder_bytes)} of meta placeholders (weights held "
+                     "elsewhere)")
+    return "; ".join(parts)
+
+
+def model_facts(m: ModelInfo) -> list[str]:
+    """Lines about training and placeholders for the model's tooltip."""
+    lines = []
+    if m.training_evidence:
+        lines.append(f"Training evidence: {m.training_evidence}")
+    if m.requires_grad is not None:
+        lines.append("requires grad (blocks nothing)" if m.requires_grad else "frozen (no grad)")
+    if m.placeholder_bytes:
+        lines.append(f"Meta placeholders: {fmt_bytes(m.placeholder_bytes, 2)} (weights held "
+                     "elsewhere, not counted on any device)")
+    if m.first_seen is not None:
+        lines.append(f"First seen by the agent: {_clock(m.first_seen)}")
+    return lines
+
+
 # -- refusals -------------------------------------------------------------------------------------
 
-_OVERRIDABLE = ("training", "requires grad", "requires_grad", "never used", "never been used",
-                "not used yet")
-
-
-def overridable(reason: str | None) -> bool:
-    """True when a refusal may be overridden with ``force`` (the user takes the risk):
-    training mode, requires grad, never used.  Never for torch.compile, a running
-    forward or anything unknown."""
-    if not reason:
-        return False
-    text = reason.lower()
-    if "compile" in text or "forward" in text or "busy" in text:
-        return False
-    return any(k in text for k in _OVERRIDABLE)
+#: What may happen when a model with this training evidence is unloaded anyway.
+_FORCE_RISKS = (
+    (("train mode", "training mode"),
+     "The model is in train mode. If training continues while it is offloaded, the next "
+     "forward pass waits for the weights to come back, and an optimizer step can fail with a "
+     "device mismatch (its state stays on the GPU) or update a stale copy."),
+    (("optimizer step",),
+     "An optimizer stepped its parameters recently. A step while they are offloaded can fail "
+     "with a device mismatch (the optimizer's state stays on the GPU) or update a stale copy."),
+    (("gradients present",),
+     "Its parameters hold gradients, which stay on the GPU; a backward pass or optimizer step "
+     "while the weights are offloaded can fail or leave them inconsistent."),
+    (("backward",),
+     "A backward pass ran through it recently. Another one while it is offloaded waits for "
+     "the weights to come back, and an optimizer step can fail with a device mismatch."),
+)
 
 
 def force_consequences(reason: str, name: str, to: str) -> str:
     """What may happen if ``name`` is unloaded despite ``reason`` (for the confirmation)."""
     text = reason.lower()
-    lines = [f"The agent refused to unload {name}: {reason}.", ""]
-    if "training" in text:
-        lines.append("The model is in training mode. If training continues while it is "
-                     "offloaded, the next forward pass waits for the weights to come back, "
-                     "and an optimizer step can fail with a device mismatch (its state stays "
-                     "on the GPU) or update a stale copy.")
-    if "grad" in text:
-        lines.append("Its parameters require gradients. Gradients and optimizer state that "
-                     "refer to them stay on the GPU; a backward pass or optimizer step while "
-                     "it is offloaded can fail or leave the weights inconsistent.")
-    if "never" in text or "not used" in text:
-        lines.append("No forward pass of this model has been seen. It may be used in a way the "
-                     "agent cannot watch (called by another module, through TorchScript or "
-                     "custom kernels); such a use while offloaded fails with a device mismatch "
-                     "instead of reloading it.")
+    risks = [risk for words, risk in _FORCE_RISKS if any(w in text for w in words)]
+    lines = [f"The agent refused to unload {name}: {reason}.", "",
+             *(risks or ["The agent sees the model training. If training continues while it "
+                         "is offloaded, an optimizer step can fail with a device mismatch or "
+                         "update a stale copy."])]
     where = "host memory" if to == "cpu" else "disk"
     lines += ["", f"The weights move to {where}; the next forward pass reloads them, which "
                   "takes time.  Unload anyway?"]
@@ -443,5 +530,7 @@ class ModelActionRunner(ActionRunner):
 
 
 __all__ = ["IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "ModelAction", "ModelActionRunner",
-           "blocker_tooltip", "event_text", "fmt_idle", "force_consequences", "gpu_of_device",
-           "is_moving", "model_device", "overridable", "state_text"]
+           "blocker_help", "blocker_tooltip", "event_text", "fmt_idle", "force_consequences",
+           "gpu_of_device", "idle_seconds", "idle_text", "idle_tooltip", "is_moving",
+           "model_blocker_tooltip", "model_device", "model_facts", "model_note", "overridable",
+           "state_text"]

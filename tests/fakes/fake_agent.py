@@ -76,18 +76,25 @@ class FakeAgent:
         self._thread.start()
 
     def with_models(self, now: float | None = None) -> "FakeAgent":
-        """Two models on cuda:0: "m1" in training mode, "m2" in eval mode idle for 10 min."""
+        """Two models on cuda:0, reported as the agent reports them: "m1" in train mode
+        (training evidence), "m2" in eval mode idle for 10 min (its parameters require
+        grad, like any from_pretrained model's: that blocks nothing)."""
         now = time.time() if now is None else now
         self.models = [
             {"id": "m1", "name": "model", "class": "Net", "params": 10, "param_bytes": 40,
-             "buffer_bytes": 0, "device": "cuda:0", "dtype": "float32", "training": True,
-             "requires_grad": True, "last_used": now - 1, "state": "resident",
-             "offloaded_to": None, "pinned": False, "auto_unload_blocker": "training mode",
-             "home_device": "cuda:0", "bytes_by_device": {"cuda:0": {"params": 40, "buffers": 0}}},
+             "buffer_bytes": 0, "placeholder_bytes": 0, "device": "cuda:0",
+             "dtype": "float32", "training": True, "requires_grad": True,
+             "training_evidence": "train mode", "last_used": now - 1,
+             "first_seen": now - 900, "idle_since": now - 1, "state": "resident",
+             "offloaded_to": None, "pinned": False, "unload_blocker": None,
+             "auto_unload_blocker": "train mode", "home_device": "cuda:0",
+             "bytes_by_device": {"cuda:0": {"params": 40, "buffers": 0}}},
             {"id": "m2", "name": "head", "class": "Head", "params": 1000, "param_bytes": 2000,
-             "buffer_bytes": 16, "device": "cuda:0", "dtype": "float16", "training": False,
-             "requires_grad": False, "last_used": now - 600, "state": "resident",
-             "offloaded_to": None, "pinned": False, "auto_unload_blocker": None,
+             "buffer_bytes": 16, "placeholder_bytes": 0, "device": "cuda:0",
+             "dtype": "float16", "training": False, "requires_grad": True,
+             "training_evidence": None, "last_used": now - 600, "first_seen": now - 900,
+             "idle_since": now - 600, "state": "resident", "offloaded_to": None,
+             "pinned": False, "unload_blocker": None, "auto_unload_blocker": None,
              "home_device": "cuda:0",
              "bytes_by_device": {"cuda:0": {"params": 2000, "buffers": 16}}},
         ]
@@ -243,9 +250,11 @@ class FakeAgent:
         if method == "unload":
             if model["state"] != "resident":
                 return protocol.error(rid, protocol.REFUSED, f"already {model['state']}")
-            if model["training"] and not params.get("force"):
+            if model.get("unload_blocker"):
+                return protocol.error(rid, protocol.REFUSED, model["unload_blocker"])
+            if model.get("training_evidence") and not params.get("force"):
                 return protocol.error(rid, protocol.REFUSED,
-                                      "training mode: call model.eval() or pass force")
+                                      f"training evidence: {model['training_evidence']}")
             if self.action_delay_s:
                 time.sleep(self.action_delay_s)
             target = params.get("to", "cpu")

@@ -22,9 +22,10 @@ AGENT_KEYS = {"pid", "argv", "python", "torch", "torch_status", "cuda_initialize
               "allocator_backend", "devices", "models", "idle_unload_s", "events", "error"}
 DEVICE_KEYS = {"index", "allocated", "reserved", "peak_allocated", "peak_reserved",
                "inactive_split", "num_alloc_retries", "num_ooms"}
-MODEL_KEYS = {"id", "name", "class", "params", "param_bytes", "buffer_bytes", "device", "dtype",
-              "training", "last_used", "group", "state", "offloaded_to", "pinned", "home_device",
-              "requires_grad", "auto_unload_blocker"}
+MODEL_KEYS = {"id", "name", "class", "params", "param_bytes", "buffer_bytes", "placeholder_bytes",
+              "device", "dtype", "training", "requires_grad", "training_evidence", "last_used",
+              "first_seen", "idle_since", "idle_s", "group", "state", "offloaded_to", "pinned",
+              "home_device", "unload_blocker", "auto_unload_blocker"}
 FREE_KEYS = {"pid", "ok", "reserved_before", "reserved_after", "freed", "error"}
 
 needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
@@ -91,6 +92,10 @@ def test_agents_json_contract_and_an_unanswering_agent_is_listed_with_error(caps
     assert ok["error"] is None and ok["torch_status"] == "loaded"
     assert set(ok["devices"][0]) == DEVICE_KEYS and ok["devices"][0]["reserved"] == 4000
     assert set(ok["models"][0]) == MODEL_KEYS and ok["models"][0]["param_bytes"] == 40
+    # an older agent: no idle_since, first_seen, evidence or placeholders: unknown, never 0
+    old = ok["models"][0]
+    assert [old[k] for k in ("idle_since", "idle_s", "first_seen", "placeholder_bytes",
+                             "training_evidence", "unload_blocker")] == [None] * 6
     bad = data[hung.pid]
     assert "timed out" in bad["error"] and bad["devices"] == [] and bad["argv"]
 
@@ -115,6 +120,9 @@ def test_agents_demo(capsys):
     data = json.loads(out)
     assert len(data) == 4
     assert all(set(r) == AGENT_KEYS and r["error"] is None for r in data)
+    models = [m for r in data for m in r["models"]]
+    assert all(set(m) == MODEL_KEYS for m in models)
+    assert all(m["requires_grad"] is True and m["idle_s"] >= 0 for m in models)
     rc, out, _ = run_cli(capsys, "--demo", "agents")
     assert "StableDiffusionPipeline" in out and "bert-base-uncased" in out
 

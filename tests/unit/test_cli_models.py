@@ -14,9 +14,10 @@ from tests.fakes.fake_agent import FakeAgent
 
 NB, TRAIN, EVAL = 18822, 20417, 31002  # the demo's notebook, training job, eval job
 MODEL_KEYS = {"pid", "id", "name", "class", "group", "state", "offloaded_to", "pinned", "device",
-              "home_device", "dtype", "training", "requires_grad", "params", "param_bytes",
-              "buffer_bytes", "bytes", "last_used", "idle_s", "blocker", "idle_unload_s",
-              "command"}
+              "home_device", "dtype", "training", "requires_grad", "training_evidence", "params",
+              "param_bytes", "buffer_bytes", "placeholder_bytes", "bytes", "last_used",
+              "first_seen", "idle_since", "idle_s", "blocker", "unload_blocker",
+              "auto_unload_blocker", "idle_unload_s", "command"}
 ACTION_KEYS = {"pid", "model", "ok", "error", "code", "pinned", "state", "target", "bytes_moved",
                "bytes_released", "seconds"}
 
@@ -53,34 +54,46 @@ def test_models_demo_shows_the_pressure_policys_work(capsys):
     assert by_name["pipe.text_encoder"]["state"] == "offloaded"
     assert by_name["pipe.vae"]["state"] == "resident"
     assert by_name["pipe.vae"]["idle_s"] > 2 * 3600
-    assert by_name["model"]["blocker"] == "training mode" and by_name["model"]["training"]
+    assert by_name["model"]["blocker"] == "train mode" and by_name["model"]["training"]
+    assert by_name["model"]["training_evidence"] == "train mode"
     assert by_name["bert-base-uncased"]["idle_s"] < 1
     assert by_name["pipe.unet"]["bytes"] == 859_520_964 * 2
+    # every model requires grad, like from_pretrained ones; the pipeline went anyway
+    assert all(r["requires_grad"] is True for r in records)
+    assert [by_name[n]["id"] for n in ("pipe.unet", "pipe.text_encoder", "pipe.vae")] == [
+        "m1", "m2", "m3"]
+    vae = by_name["pipe.vae"]
+    assert vae["idle_since"] <= vae["last_used"] + 1e-6 and vae["first_seen"] < vae["idle_since"]
     rc, out, _ = run_cli(capsys, "--demo", "models")
     assert rc == 0
-    assert "offloaded (cpu)" in out and "training mode" in out and "2h1" in out
+    assert "offloaded (cpu)" in out and "train mode" in out and "2h1" in out
     assert "UNet2DConditionModel" in out
 
 
 def test_unload_reload_demo_and_exit_codes(capsys):
-    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(NB), "--model", f"{NB}:2",
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(NB), "--model", "m3",
                          "--to", "disk", "--json")
     assert rc == 0
     data = json.loads(out)
     assert set(data) == ACTION_KEYS
     assert data["ok"] and data["state"] == "offloaded" and data["target"] == "disk"
     assert data["bytes_moved"] == 83_653_863 * 2 and data["seconds"] > 0.05
-    rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", f"{NB}:0")
+    rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", "m1")
     assert rc == 0 and out.startswith(f"{NB} pipe.unet: resident again (from cpu): moved 1.6 GiB")
     # refused: exit 1, the agent's reason kept
-    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", f"{TRAIN}:0",
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1",
                          "--json")
     data = json.loads(out)
-    assert rc == 1 and data["code"] == "refused" and "training mode" in data["error"]
-    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", f"{TRAIN}:0",
+    assert rc == 1 and data["code"] == "refused"
+    assert data["error"] == "training evidence: train mode"
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1")
+    assert rc == 1 and out == (f"{TRAIN} m1: unload refused: training evidence: train mode "
+                               "[refused]\n  --force unloads it anyway (it reloads on its next "
+                               "forward)\n")
+    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1",
                          "--force")
     assert rc == 0 and "offloaded to cpu" in out
-    rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", f"{NB}:2")
+    rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", "m3")
     assert rc == 1 and "refused" in out  # resident: nothing to reload
     # no such model / agent: exit 2
     rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(NB), "--model", "nope")
@@ -90,9 +103,9 @@ def test_unload_reload_demo_and_exit_codes(capsys):
 
 
 def test_pin_and_policy_demo(capsys):
-    rc, out, _ = run_cli(capsys, "pin", "--demo", "--pid", str(NB), "--model", f"{NB}:2")
+    rc, out, _ = run_cli(capsys, "pin", "--demo", "--pid", str(NB), "--model", "m3")
     assert rc == 0 and "pinned" in out
-    rc, out, _ = run_cli(capsys, "pin", "--demo", "--pid", str(NB), "--model", f"{NB}:2", "--off",
+    rc, out, _ = run_cli(capsys, "pin", "--demo", "--pid", str(NB), "--model", "m3", "--off",
                          "--json")
     assert rc == 0 and json.loads(out)["pinned"] is False
     rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(EVAL), "--idle-unload", "600")
@@ -125,8 +138,40 @@ def test_models_of_a_real_agent(capsys, fake):
     assert [(r["pid"], r["id"], r["state"]) for r in records] == [
         (fake.pid, "m1", "resident"), (fake.pid, "m2", "resident")]
     assert 590 < records[1]["idle_s"] < 700 and records[1]["blocker"] is None
+    assert records[1]["requires_grad"] is True  # an eval model that requires grad: no blocker
+    assert records[0]["blocker"] == "train mode" and records[0]["training_evidence"] == "train mode"
     rc, out, _ = run_cli(capsys, "models")
     assert rc == 0 and "head" in out and "10m" in out
+
+
+@needs_unix
+def test_models_prefer_the_unload_blocker_and_say_na_for_unknown(capsys, fake):
+    fake.models[0].update(unload_blocker="torch.compile", auto_unload_blocker="train mode",
+                          idle_since=None)
+    for key in ("idle_since", "first_seen", "placeholder_bytes", "training_evidence"):
+        del fake.models[1][key]  # an older agent's entry
+    fake.models[1]["last_used"] = None
+    rc, out, _ = run_cli(capsys, "models", "--json")
+    m1, m2 = json.loads(out)
+    assert m1["blocker"] == "torch.compile" and m1["auto_unload_blocker"] == "train mode"
+    assert m1["idle_since"] is None and m1["idle_s"] is None and m1["last_used"] is not None
+    assert [m2[k] for k in ("idle_since", "idle_s", "first_seen", "placeholder_bytes",
+                            "training_evidence")] == [None] * 5
+    rc, out, _ = run_cli(capsys, "models")
+    lines = out.splitlines()
+    assert "IDLE" in lines[0] and "BLOCKER" in lines[0]
+    head = lines[0].index("IDLE")
+    assert [line[head - 3:head + 4].strip() for line in lines[1:]] == ["n/a", "n/a"]
+    assert lines[1].endswith("torch.compile") and "never" not in out
+
+
+@needs_unix
+def test_an_older_agents_idle_time_is_its_last_forward(capsys, fake):
+    for key in ("idle_since", "first_seen", "placeholder_bytes", "training_evidence"):
+        del fake.models[1][key]
+    rc, out, _ = run_cli(capsys, "models", "--json")
+    m2 = json.loads(out)[1]
+    assert m2["idle_since"] == m2["last_used"] and 590 < m2["idle_s"] < 700
 
 
 @needs_unix
@@ -140,7 +185,8 @@ def test_unload_reload_pin_policy_of_a_real_agent(capsys, fake):
     rc, out, _ = run_cli(capsys, "reload", "--pid", pid, "--model", "m2")
     assert rc == 0 and "resident again (from disk)" in out
     rc, out, _ = run_cli(capsys, "unload", "--pid", pid, "--model", "m1")
-    assert rc == 1 and "refused" in out and "training mode" in out
+    assert rc == 1 and "refused" in out and "training evidence: train mode" in out
+    assert "--force unloads it anyway" in out
     rc, out, _ = run_cli(capsys, "unload", "--pid", pid, "--model", "m1", "--force", "--json")
     assert rc == 0 and json.loads(out)["ok"]
     rc, out, _ = run_cli(capsys, "reload", "--pid", pid, "--model", "zz", "--json")

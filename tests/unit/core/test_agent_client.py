@@ -359,3 +359,47 @@ def test_garbage_replies_give_typed_errors_within_the_timeout(runtime, payload):
         assert time.monotonic() - started < 1.0
     finally:
         server.close()
+
+
+def test_connect_waits_out_a_full_listen_backlog(tmp_path):
+    """Another client's burst can fill an agent's AF_UNIX backlog, which fails
+    a connect at once; the client tries again until its deadline."""
+    import threading
+
+    from app.agent import protocol
+
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    fillers = []
+    while True:  # fill the backlog
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            break
+        fillers.append(s)
+    served = []
+
+    def drain_later():
+        time.sleep(0.2)
+        for _ in range(len(fillers) + 1):
+            conn, _ = listener.accept()
+            conn.sendall(protocol.encode({"hello": {"protocol": protocol.PROTOCOL_VERSION,
+                                                    "pid": 1, "auth": None}}))
+            served.append(conn)
+
+    t = threading.Thread(target=drain_later)
+    t.start()
+    entry = AgentEntry(pid=1, create_time=None, address=path, transport="unix")
+    t0 = time.monotonic()
+    conn = AgentConnection(entry, 3.0)  # connects
+    assert conn.hello["pid"] == 1 and time.monotonic() - t0 >= 0.15
+    conn.close()
+    t.join(5)
+    for s in fillers + served:
+        s.close()
+    listener.close()

@@ -55,3 +55,35 @@ def test_model_bytes_by_device():
     m = ModelInfo.from_json({"id": "m1", "bytes_by_device": {"cuda:0": {"params": 10, "buffers": 2},
                                                              "cpu": "bad"}})
     assert m.bytes_on("cuda:0") == 12 and m.bytes_on("cpu") == 0
+
+
+def test_model_entry_new_fields_are_parsed_with_units():
+    m = ModelInfo.from_json({"id": "m2", "training": False, "requires_grad": True,
+                             "last_used": None, "first_seen": 1000.0, "idle_since": 1000.0,
+                             "training_evidence": "optimizer step 40 s ago",
+                             "unload_blocker": "shares tensors with m3",
+                             "placeholder_bytes": 3 * GiB,
+                             "auto_unload_blocker": "shares tensors with m3"})
+    assert (m.first_seen, m.idle_since, m.placeholder_bytes) == (1000.0, 1000.0, 3 * GiB)
+    assert m.training_evidence == "optimizer step 40 s ago"
+    assert m.unload_blocker == "shares tensors with m3" and m.blocker == m.unload_blocker
+    assert m.idle_s(1600.0) == 600.0 and m.idle_s(900.0) == 0.0  # never negative
+
+
+def test_an_older_agents_model_entry_falls_back_to_last_used_and_unknowns():
+    old = ModelInfo.from_json({"id": "m1", "last_used": 500.0, "requires_grad": True,
+                               "auto_unload_blocker": "requires grad"})
+    assert old.idle_since == 500.0 and old.idle_s(800.0) == 300.0
+    assert (old.first_seen, old.training_evidence, old.unload_blocker,
+            old.placeholder_bytes) == (None, None, None, None)
+    assert old.blocker == "requires grad"  # what that agent would refuse, as it says
+    never = ModelInfo.from_json({"id": "m1", "last_used": None})
+    assert never.idle_since is None and never.idle_s(800.0) is None
+    # a newer agent's null idle_since is unknown: it does not fall back to last_used
+    blind = ModelInfo.from_json({"id": "m1", "last_used": 500.0, "idle_since": None})
+    assert blind.idle_since is None and blind.idle_s(800.0) is None
+    # mistyped: unknown, never 0
+    bad = ModelInfo.from_json({"id": "m1", "idle_since": "soon", "placeholder_bytes": 1.5,
+                               "first_seen": True, "training_evidence": 3})
+    assert (bad.idle_since, bad.placeholder_bytes, bad.first_seen,
+            bad.training_evidence) == (None, None, None, None)

@@ -67,6 +67,7 @@ def test_scenario_models():
     assert {m.name for m in nb.models} == {"pipe.unet", "pipe.text_encoder", "pipe.vae"}
     assert all(m.dtype == "float16" and m.training is False for m in nb.models)
     assert all(nb.received_at - m.last_used > 3600 for m in nb.models)  # idle for long
+    assert all(m.idle_since == m.last_used for m in nb.models)  # the idle clock: last forward
     assert nb.devices[0].cache > 1 * GiB  # a sizeable cache
     ev = report_for(agents, "eval.py")
     assert ev.models[0].name == "bert-base-uncased" and ev.models[0].training is False
@@ -75,6 +76,28 @@ def test_scenario_models():
     assert len(agents.entries()) == 4
     # vLLM and Xorg have no agent
     assert len(agents.reports()) == 4
+
+
+def test_models_are_reported_as_the_real_agent_reports_them():
+    src, agents, clock, gpus = setup(20.0)
+    reports = agents.reports().values()
+    models = [m for r in reports for m in r.models]
+    # ids per process, like the real agent's
+    assert all([m.id for m in r.models] == [f"m{i}" for i in range(1, len(r.models) + 1)]
+               for r in reports)
+    # requires_grad like every from_pretrained model; it blocks nothing
+    assert all(m.requires_grad is True for m in models)
+    for r in reports:
+        for m in r.models:
+            assert m.first_seen is not None and m.first_seen <= m.idle_since <= r.received_at
+            assert m.unload_blocker is None and m.placeholder_bytes == 0
+    # training evidence only for the training job's ResNet, and it is its blocker
+    assert {m.name: m.training_evidence for m in models if m.training_evidence} == {
+        "model": "train mode"}
+    assert {m.name: m.auto_unload_blocker for m in models if m.auto_unload_blocker} == {
+        "model": "train mode"}
+    nb = report_for(agents, "ipykernel")
+    assert all(m.first_seen < m.idle_since for m in nb.models)  # seen before its last use
 
 
 def test_training_cache_saw_tooths():
@@ -226,9 +249,11 @@ def test_training_model_is_refused_without_force_and_reloads_on_its_next_forward
     src, agents, clock, gpus = setup(20.0)
     train = report_for(agents, "train.py")
     resnet = train.models[0]
-    assert resnet.auto_unload_blocker == "training mode" and resnet.training
+    assert resnet.auto_unload_blocker == "train mode" and resnet.training
+    assert resnet.training_evidence == "train mode" and resnet.id == "m1"
     refused = agents.unload(train.pid, resnet.id)
-    assert not refused.ok and refused.code == "refused" and "training mode" in refused.error
+    assert not refused.ok and refused.code == "refused"
+    assert refused.error == "training evidence: train mode"
     assert agents.unload(train.pid, resnet.id, reason="pressure").code == "refused"
     forced = agents.unload(train.pid, resnet.id, force=True)
     assert forced.ok and forced.event.seconds == pytest.approx(resnet.param_bytes / 10e9 + 0.015,

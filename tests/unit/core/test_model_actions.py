@@ -55,7 +55,7 @@ def test_unload_then_reload_returns_the_agents_events(fake):
 def test_a_refusal_keeps_the_agents_reason_and_code(fake):
     result = agent_client.unload(entry_of(fake), "m1")
     assert not result.ok and result.code == "refused"
-    assert "training mode" in result.error
+    assert result.error == "training evidence: train mode"
     assert result.to_json()["code"] == "refused" and result.to_json()["state"] is None
     forced = agent_client.unload(entry_of(fake), "m1", force=True)
     assert forced.ok and fake.requests[-1][1]["force"] is True

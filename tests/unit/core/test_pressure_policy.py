@@ -30,14 +30,27 @@ def gpu(index: int = 0, fraction: float = 0.92, uuid: str | None = UUID0,
 
 def model(mid: str, idle_s: float | None = 3600.0, gib: float = 1.0, device: str = "cuda:0",
           **kw) -> ModelInfo:
+    """An eval-mode model as a from_pretrained one is: its parameters require grad."""
     nbytes = int(gib * GiB)
+    since = None if idle_s is None else NOW - idle_s
     fields = dict(id=mid, name=f"name-{mid}", class_name="Net", params=nbytes // 2,
                   param_bytes=nbytes, buffer_bytes=0, device=device, dtype="float16",
-                  training=False, requires_grad=False,
-                  last_used=None if idle_s is None else NOW - idle_s, home_device=device,
+                  training=False, requires_grad=True, last_used=since, idle_since=since,
+                  first_seen=NOW - 7200, home_device=device,
                   bytes_by_device={device: {"params": nbytes, "buffers": 0}})
     fields.update(kw)
     return ModelInfo(**fields)
+
+
+def older_agent_model(mid: str, last_used: float | None, **kw) -> ModelInfo:
+    """What an agent from before idle_since reports, parsed as the app parses it."""
+    data = {"id": mid, "name": f"name-{mid}", "class": "Net", "params": GiB // 2,
+            "param_bytes": GiB, "buffer_bytes": 0, "device": "cuda:0", "dtype": "float16",
+            "training": False, "requires_grad": False, "last_used": last_used,
+            "state": "resident", "pinned": False, "auto_unload_blocker": None,
+            "home_device": "cuda:0", "bytes_by_device": {"cuda:0": {"params": GiB, "buffers": 0}},
+            **kw}
+    return ModelInfo.from_json(data)
 
 
 def report(pid: int, *models: ModelInfo, devices=((0, UUID0[4:]),)) -> AgentReport:
@@ -121,7 +134,8 @@ def test_min_idle_and_nothing_eligible_is_logged_once_per_crossing():
     r = report(10, model("a", idle_s=299))
     d = policy.evaluate(snap(gpu(fraction=0.95), r))
     assert [x.kind for x in d] == [NOTHING_ELIGIBLE] and d[0].actions == ()
-    assert "used 299 s ago" in d[0].reason and d[0].skipped == ((10, "a", "name-a", "used 299 s ago"),)
+    assert "idle 299 s (< 300 s)" in d[0].reason
+    assert d[0].skipped == ((10, "a", "name-a", "idle 299 s (< 300 s)"),)
     assert policy.evaluate(snap(gpu(fraction=0.96), r)) == []
     policy.evaluate(snap(gpu(fraction=0.10), r))
     r_idle = report(10, model("a", idle_s=300))
@@ -135,12 +149,14 @@ def test_no_agents_on_the_gpu_is_nothing_eligible():
 
 @pytest.mark.parametrize("kw, why", [
     ({"pinned": True}, "pinned"),
-    ({"training": True, "auto_unload_blocker": "training mode"}, "training mode"),
-    ({"training": True}, "training mode"),  # even when the agent names no blocker
-    ({"training": None}, "mode unknown"),
-    ({"requires_grad": True}, "requires grad"),
-    ({"auto_unload_blocker": "torch.compile"}, "torch.compile"),
-    ({"last_used": None}, "never used"),
+    ({"training": True, "training_evidence": "train mode", "auto_unload_blocker": "train mode"},
+     "train mode"),
+    ({"training_evidence": "optimizer step 40 s ago",
+      "auto_unload_blocker": "optimizer step 40 s ago"}, "optimizer step 40 s ago"),
+    ({"unload_blocker": "torch.compile", "auto_unload_blocker": "torch.compile"},
+     "torch.compile"),
+    ({"auto_unload_blocker": "shares tensors with m3"}, "shares tensors with m3"),
+    ({"idle_since": None, "last_used": None}, "idle time unknown"),
     ({"state": "offloaded", "offloaded_to": "cpu"}, "offloaded to cpu"),
     ({"state": "reloading"}, "reloading"),
 ])
@@ -150,6 +166,67 @@ def test_exempt_models(kw, why):
     d = policy.evaluate(snap(gpu(fraction=0.95), r))[0]
     assert [a.model for a in d.actions] == ["ok"]
     assert (10, "x", "name-x", why) in d.skipped
+
+
+def test_an_idle_eval_model_that_requires_grad_is_chosen():
+    # every from_pretrained model requires grad in eval mode: that blocks nothing
+    r = report(10, model("hf", idle_s=300, requires_grad=True, training=False))
+    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), r))[0]
+    assert d.kind == UNLOAD and [a.model for a in d.actions] == ["hf"]
+    assert d.actions[0].idle_s == 300
+
+
+def test_a_model_never_seen_in_a_forward_is_idle_since_first_seen():
+    # no forward yet: the agent's idle clock runs from when it first saw the model
+    never = model("new", last_used=None, idle_since=NOW - 900, first_seen=NOW - 900)
+    fresh = model("fresh", last_used=None, idle_since=NOW - 60, first_seen=NOW - 60)
+    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, never, fresh)))[0]
+    assert [(a.model, a.idle_s) for a in d.actions] == [("new", 900)]
+    assert (10, "fresh", "name-fresh", "idle 60 s (< 300 s)") in d.skipped
+
+
+def test_the_agents_training_evidence_blocks_and_mode_alone_does_not():
+    # the agent's blocker decides; "training" itself is not re-derived by the app
+    trained = model("t", training=False, training_evidence="backward 2 min ago",
+                    auto_unload_blocker="backward 2 min ago")
+    eval_flag_only = model("e", training=True, gib=2)  # the agent names no blocker
+    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, trained, eval_flag_only)))[0]
+    assert [a.model for a in d.actions] == ["e"]
+    assert (10, "t", "name-t", "backward 2 min ago") in d.skipped
+
+
+def test_idle_order_uses_the_idle_clock_not_the_last_forward():
+    # "a" ran a forward long ago but its idle clock says 400 s (the agent knows better)
+    a = model("a", idle_s=400, last_used=NOW - 9000, gib=4)
+    b = model("b", idle_s=3000, last_used=None, gib=4)
+    d = PressurePolicy().evaluate(snap(gpu(fraction=0.92), report(10, a, b)))[0]
+    assert [(x.model, x.idle_s) for x in d.actions] == [("b", 3000), ("a", 400)]
+
+
+def test_an_older_agent_falls_back_to_its_last_forward():
+    old = older_agent_model("old", last_used=NOW - 600)
+    assert old.idle_since == NOW - 600 and old.first_seen is None
+    assert old.training_evidence is None and old.unload_blocker is None
+    assert old.placeholder_bytes is None  # unknown, not 0
+    unused = older_agent_model("unused", last_used=None)
+    assert unused.idle_since is None
+    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, old, unused)))[0]
+    assert [(a.model, a.idle_s) for a in d.actions] == [("old", 600)]
+    assert (10, "unused", "name-unused", "idle time unknown") in d.skipped
+    # an older agent's own blockers still hold: it would refuse the unload
+    grad = older_agent_model("grad", last_used=NOW - 600, auto_unload_blocker="requires grad")
+    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, grad)))[0]
+    assert d.kind == NOTHING_ELIGIBLE and d.skipped == ((10, "grad", "name-grad", "requires grad"),)
+
+
+def test_a_null_idle_since_from_a_newer_agent_is_unknown_not_its_last_forward():
+    # the agent cannot see the model's use (compiled code): no idle time, whatever last_used
+    m = ModelInfo.from_json({"id": "c", "name": "c", "device": "cuda:0", "home_device": "cuda:0",
+                             "training": False, "last_used": NOW - 9000, "idle_since": None,
+                             "bytes_by_device": {"cuda:0": {"params": GiB, "buffers": 0}}})
+    assert m.idle_since is None and m.idle_s(NOW) is None
+    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, m)))[0]
+    assert d.kind == NOTHING_ELIGIBLE and d.skipped == ((10, "c", "c", "idle time unknown"),)
 
 
 def test_only_models_on_that_gpu_matched_by_uuid():
@@ -335,7 +412,10 @@ def test_demo_gpu0_crossing_unloads_the_notebooks_idle_pipeline_longest_idle_fir
     assert d.actions[0].idle_s > d.actions[1].idle_s > 2 * 3600
     assert d.projected_used < 0.85 * d.total
     assert ("pipe.vae" not in d.reason.split("unloading")[1].split("projected")[0])
-    assert any(w == "training mode" for _, _, _, w in d.skipped)  # the ResNet is exempt
+    assert any(w == "train mode" for _, _, _, w in d.skipped)  # the ResNet is exempt
+    # the pipeline's parts require grad, like any from_pretrained model: it blocks nothing
+    nb = before.agents[pid]
+    assert all(m.requires_grad and m.auto_unload_blocker is None for m in nb.models)
     assert all(r.ok and r.event.reason == "pressure" for r in d.results)
     # the demo's NVML figure and the allocator figures drop
     after = collector.collect()

@@ -39,10 +39,13 @@ def device(index, allocated, reserved, **kw):
 
 
 def model(name, params, param_bytes, *, index=0, buffers=0, group=None, training=False,
-          last_used=None, dtype="float16", class_name="Net"):
+          last_used=None, idle_since=..., dtype="float16", class_name="Net"):
+    """``idle_since`` defaults to ``last_used``: the agent's idle clock runs from the
+    last forward."""
     return ModelInfo(id=f"{name}-id", name=name, class_name=class_name, params=params,
                      param_bytes=param_bytes, buffer_bytes=buffers, device=f"cuda:{index}",
                      dtype=dtype, training=training, last_used=last_used, group=group,
+                     idle_since=last_used if idle_since is ... else idle_since,
                      bytes_by_device={f"cuda:{index}": {"params": param_bytes,
                                                          "buffers": buffers}})
 
@@ -378,7 +381,7 @@ def test_detail_view_header_breakdown_and_models(window):
     resnet = rows["model"]
     assert resnet[MCOL_PARAMS] == "25.6 M"
     assert resnet[MCOL_SIZE] == "97.7 MiB"  # parameters + buffers
-    assert resnet[MCOL_MODE] == "train" and resnet[MCOL_LAST] == "never used"
+    assert resnet[MCOL_MODE] == "train" and resnet[MCOL_LAST] == "n/a"  # unknown, not 0
     assert view.models_title.text() == "Models (2)"
 
 

@@ -35,15 +35,20 @@ UNET = int(1.6 * GiB)
 
 
 def mi(mid, name, *, state="resident", to=None, pinned=False, blocker=None, idle=None,
-       size=UNET, home="cuda:0", training=False):
+       size=UNET, home="cuda:0", training=False, evidence=None, **kw):
+    """A model as the agent reports it: requires grad (like from_pretrained ones), its
+    idle clock from the last forward ``idle`` seconds before NOW."""
     device_ = home if state in ("resident", "unloading") else (to or "cpu")
-    return ModelInfo(id=mid, name=name, class_name="diffusers.UNet2DConditionModel",
-                     params=size // 2, param_bytes=size, buffer_bytes=0, device=device_,
-                     dtype="float16", training=training,
-                     last_used=None if idle is None else NOW - idle, state=state,
-                     offloaded_to=to if state == "offloaded" else None, pinned=pinned,
-                     auto_unload_blocker=blocker, home_device=home,
-                     bytes_by_device={device_: {"params": size, "buffers": 0}})
+    last = None if idle is None else NOW - idle
+    fields = dict(id=mid, name=name, class_name="diffusers.UNet2DConditionModel",
+                  params=size // 2, param_bytes=size, buffer_bytes=0, device=device_,
+                  dtype="float16", training=training, requires_grad=True, last_used=last,
+                  idle_since=last, first_seen=NOW - 3 * 3600, training_evidence=evidence,
+                  state=state, offloaded_to=to if state == "offloaded" else None,
+                  pinned=pinned, auto_unload_blocker=blocker, home_device=home,
+                  bytes_by_device={device_: {"params": size, "buffers": 0}})
+    fields.update(kw)
+    return ModelInfo(**fields)
 
 
 def event(seq, model="m-unet", name="pipe.unet", action="unload", reason="idle", t=NOW - 1,
@@ -60,8 +65,8 @@ def notebook(models=None, events=(), idle_unload_s=None, index=0, received_at=NO
         mi("m-vae", "pipe.vae", state="offloaded", to="cpu", idle=30 * 60, size=160 * MiB),
         mi("m-text", "pipe.text_encoder", state="offloaded", to="disk", pinned=True,
            blocker="pinned", idle=2 * 3600 + 17 * 60, size=235 * MiB),
-        mi("m-train", "model", training=True, blocker="training mode", idle=2,
-           size=98 * MiB),
+        mi("m-train", "model", training=True, evidence="train mode", blocker="train mode",
+           idle=2, size=98 * MiB),
     ]
     return report(20, device(index, 3 * GiB, 4 * GiB), models=models, events=tuple(events),
                   idle_unload_s=idle_unload_s, received_at=received_at)
@@ -152,7 +157,7 @@ def test_model_list_shows_states_and_figures(window):
     assert text(rows, "pipe.unet", MCOL_PINNED) == ""
     # The blocker is explained.
     tip = rows["model"][MCOL_STATE].data(Qt.ItemDataRole.ToolTipRole)
-    assert "training mode" in tip and "Unload anyway" in tip
+    assert "Not unloaded automatically: train mode." in tip and "Unload anyway" in tip
     assert "Eligible for automatic unloading" in rows["pipe.unet"][MCOL_IDLE].data(
         Qt.ItemDataRole.ToolTipRole)
     assert "never unloaded automatically" in rows["pipe.text_encoder"][MCOL_PINNED].data(
@@ -184,6 +189,117 @@ def test_buttons_follow_the_selected_models_state(window):
     select(view, "m-text")
     assert not view.unload_cpu_button.isEnabled() and view.reload_button.isEnabled()
     assert view.pin_button.text() == "Unpin"
+
+
+def test_detail_view_shows_training_evidence_placeholders_and_unknown_idle(window):
+    models = [
+        mi("m1", "stepped", evidence="optimizer step 40 s ago",
+           blocker="optimizer step 40 s ago", idle=20 * 60),
+        mi("m2", "offloaded-hf", placeholder_bytes=3 * GiB, idle=600),
+        mi("m3", "compiled", unload_blocker="torch.compile", blocker="torch.compile",
+           idle=None, last_used=NOW - 9000),
+        mi("m4", "fresh", last_used=None, idle_since=NOW - 4, first_seen=NOW - 4),
+    ]
+    with_runner(window, ModelFake())
+    window.on_snapshot(snap([gpu(0, proc(20, 5 * GiB))], {20: notebook(models)}))
+    view = window.open_details(20)
+    rows = model_rows(view)
+    tip = rows["stepped"][MCOL_NAME].data(Qt.ItemDataRole.ToolTipRole)
+    assert "Training evidence: optimizer step 40 s ago" in tip
+    assert "requires grad (blocks nothing)" in tip and "Unload anyway" in tip
+    assert text(rows, "stepped", agent_views.MCOL_MODE) == "eval"
+    assert "training evidence: optimizer step 40 s ago" in rows["stepped"][
+        agent_views.MCOL_MODE].data(Qt.ItemDataRole.ToolTipRole)
+    select(view, "m1")
+    assert view.model_result.text() == (
+        "Not unloaded automatically: training evidence: optimizer step 40 s ago")
+    assert view.unload_cpu_button.isEnabled()  # training evidence: a manual unload is asked
+    select(view, "m2")
+    assert view.model_result.text() == "3.0 GiB of meta placeholders (weights held elsewhere)"
+    assert "3.00 GiB of meta placeholders" in rows["offloaded-hf"][MCOL_SIZE].data(
+        Qt.ItemDataRole.ToolTipRole)
+    # compiled: the agent cannot see its use: "n/a", whatever its old last forward says
+    assert text(rows, "compiled", MCOL_IDLE) == "n/a"
+    assert "Idle time unknown" in rows["compiled"][MCOL_IDLE].data(Qt.ItemDataRole.ToolTipRole)
+    select(view, "m3")
+    assert view.model_result.text() == "Never unloaded: torch.compile"
+    assert "not even by hand" in view.model_result.toolTip()
+    # the agent refuses any unload of it: the buttons say so instead of asking
+    assert not view.unload_cpu_button.isEnabled() and not view.unload_disk_button.isEnabled()
+    assert "refuses any unload" in view.unload_cpu_button.toolTip()
+    assert view.pin_button.isEnabled()
+    # never run: idle since first seen, never "in use"
+    assert text(rows, "fresh", MCOL_IDLE) == "idle 4 s"
+    assert "first saw it" in rows["fresh"][MCOL_IDLE].data(Qt.ItemDataRole.ToolTipRole)
+    view.grab()
+
+
+# -- texts --------------------------------------------------------------------------------------
+
+def test_idle_texts_use_the_agents_idle_clock():
+    from app.ui.model_actions import fmt_idle, idle_seconds, idle_text
+
+    assert fmt_idle(None) == "n/a"
+    assert fmt_idle(3) == "in use" and fmt_idle(3, forward_seen=False) == "idle 3 s"
+    assert fmt_idle(12 * 60) == "idle 12 min" and fmt_idle(2 * 3600 + 17 * 60) == "idle 2 h 17 min"
+    used = mi("a", "a", idle=720)
+    assert idle_seconds(used, NOW) == 720 and idle_text(used, NOW) == "idle 12 min"
+    # idle_since wins over last_used; no forward yet counts from first seen
+    never = mi("b", "b", last_used=None, idle_since=NOW - 900)
+    assert idle_text(never, NOW) == "idle 15 min"
+    assert idle_text(mi("c", "c", idle_since=None, last_used=NOW - 5), NOW) == "n/a"
+
+
+@pytest.mark.parametrize("reason, force", [
+    ("train mode", True), ("training evidence: train mode", True),
+    ("optimizer step 40 s ago", True), ("gradients present", True),
+    ("backward 2 min ago", True), ("the model is in training mode (model.train())", True),
+    ("requires grad", False), ("never used", False), ("torch.compile", False),
+    ("TorchScript", False), ("torch.export", False), ("shares tensors with m3", False),
+    ("meta placeholders", False), ("holds sparse or quantized tensors", False),
+    ("no agent hooks", False), ("a forward is running (waited 5.0 s)", False),
+    ("torch.fx", False), ("tensor subclasses (DTensor)", False),
+    ("it looks like it is training (optimizer step 3 s ago); use force to unload it anyway",
+     True),
+    ("used through torch.compile: its compiled code holds the weights where they are", False),
+    ("pinned", False), (None, False), ("", False),
+])
+def test_only_training_evidence_is_overridable(reason, force):
+    from app.ui.model_actions import overridable
+
+    assert overridable(reason) is force
+
+
+def test_blocker_texts_explain_the_new_rule():
+    from app.ui.model_actions import (blocker_tooltip, force_consequences,
+                                      model_blocker_tooltip, model_note)
+
+    assert "Eligible for automatic unloading" in blocker_tooltip(None)
+    for blocker, words in [("optimizer step 40 s ago", "optimizer stepped"),
+                           ("gradients present", "hold gradients"),
+                           ("backward 2 min ago", "backward pass ran"),
+                           ("train mode", "model.train()")]:
+        tip = blocker_tooltip(blocker)
+        assert tip.startswith(f"Not unloaded automatically: {blocker}.")
+        assert words in tip and "Unload anyway" in tip
+    for blocker, words in [("torch.export", "exported program"), ("TorchScript", "scripted"),
+                           ("shares tensors with m3", "another model"),
+                           ("meta placeholders", "held elsewhere"),
+                           ("torch.compile", "compiled graphs")]:
+        tip = blocker_tooltip(blocker)
+        assert tip.startswith(f"Never unloaded, not even by hand: {blocker}.")
+        assert words in tip and "Unload anyway" not in tip
+    # requires grad and never used are no blockers any more: an older agent that still
+    # says so is quoted, with no explanation and no "Unload anyway" on the app's part
+    assert blocker_tooltip("requires grad") == "Not unloaded automatically: requires grad."
+    assert blocker_tooltip("never used") == "Not unloaded automatically: never used."
+    hf = mi("m1", "unet")  # requires grad, eval, idle: eligible
+    assert model_note(hf) == "" and "Eligible" in model_blocker_tooltip(hf)
+    assert model_note(mi("m2", "x", pinned=True, blocker="pinned")) == (
+        "Not unloaded automatically: pinned")
+    text = force_consequences("training evidence: optimizer step 40 s ago", "unet", "cpu")
+    assert "optimizer stepped its parameters" in text and "host memory" in text
+    assert "require gradients" not in text and "No forward pass" not in text
 
 
 # -- actions ----------------------------------------------------------------------------------------
@@ -234,7 +350,8 @@ def test_unload_to_cpu_runs_off_the_gui_thread_with_progress_then_the_result(win
 
 
 def test_refusal_shows_the_reason_and_force_asks_first(window, qtbot, monkeypatch):
-    fake = ModelFake(refuse={"m-train": "training mode", "m-unet": "torch.compile"})
+    fake = ModelFake(refuse={"m-train": "training evidence: train mode",
+                             "m-unet": "torch.compile"})
     with_runner(window, fake)
     window.on_snapshot(notebook_snap())
     view = window.open_details(20)
@@ -250,10 +367,10 @@ def test_refusal_shows_the_reason_and_force_asks_first(window, qtbot, monkeypatc
     view.unload_disk_button.click()
     qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.model_runner.running(),
                     timeout=3000)
-    assert view.model_result.text().startswith("Refused: training mode")
+    assert view.model_result.text().startswith("Refused: training evidence: train mode")
     assert "#D55E00" in view.model_result.styleSheet()
     assert not view.force_button.isHidden() and view.force_button.isEnabled()
-    assert "not unloaded: training mode" in window.action_label.text()
+    assert "not unloaded: training evidence: train mode" in window.action_label.text()
     assert window.activity.rows()[0][3] == "Refused: unload"
 
     asked = []
@@ -266,7 +383,7 @@ def test_refusal_shows_the_reason_and_force_asks_first(window, qtbot, monkeypatc
 
     monkeypatch.setattr(QMessageBox, "warning", answer(QMessageBox.StandardButton.Cancel))
     view.force_button.click()
-    assert len(asked) == 1 and "training mode" in asked[0]
+    assert len(asked) == 1 and "training evidence: train mode" in asked[0]
     assert "optimizer" in asked[0]  # says what may happen
     assert len(fake.calls) == 2  # cancelled: nothing sent
 
@@ -438,12 +555,13 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
 def test_nothing_eligible_is_said(window):
     runner = PolicyRunner(ModelFake())
     window.set_policy(PolicyDriver(runner))
-    busy = [mi("m-train", "model", training=True, blocker="training mode", idle=2)]
+    busy = [mi("m-train", "model", training=True, evidence="train mode", blocker="train mode",
+               idle=2)]
     full = snap([gpu(0, proc(20, 23 * GiB))], {20: notebook(busy)})
     runner.observe(full)
     window.on_snapshot(full)
     assert window.action_label.text() == "Auto-unload: GPU 0 at 96 %, nothing eligible to unload"
-    assert "training mode" in window.action_label.toolTip()
+    assert "train mode" in window.action_label.toolTip()
     assert window.activity.rows()[0][3] == "GPU 0: nothing to unload"
 
 
