@@ -1,0 +1,34 @@
+"""``torch.compile(model)`` (default backend, inductor), then used like the eager model.
+
+The model may be unloaded right before it is compiled, and after compiled
+calls (it is still the model the user built, wrapped by an
+``OptimizedModule``); grad and no-grad calls compile for their own mode.
+"""
+
+import torch
+
+import zoo
+
+
+def run(ctx) -> None:
+    model = zoo.mlp()
+    x = zoo.inputs(4, 16)
+    ctx.step("loaded")
+    with torch.no_grad():
+        ctx.record("eager", model(x))
+
+    ctx.step("before compiling", unload=["MLP"], expect="unloaded")
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        ctx.record("compiled", compiled(x))
+        ctx.record("compiled, other input", compiled(x + 1))
+    out = compiled(x)
+    out.pow(2).sum().backward()
+    ctx.record("compiled with grad", out)
+    ctx.record("grads", {n: p.grad for n, p in model.named_parameters()})
+    model.zero_grad(set_to_none=True)
+
+    ctx.step("after compiled calls", unload=["MLP"], expect="refused")
+    with torch.no_grad():
+        ctx.record("compiled after the pause", compiled(x))
+        ctx.record("eager after the pause", model(x))

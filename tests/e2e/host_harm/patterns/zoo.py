@@ -1,0 +1,44 @@
+"""The small model and inputs several patterns share (registered as ``zoo``).
+
+``MLP`` is the kind of module users write themselves: parameters, a buffer,
+a norm layer and a non-linearity, nothing clever.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def seed_all(seed: int = 0) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in: int = 16, d_hidden: int = 32, d_out: int = 8) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.norm = nn.LayerNorm(d_hidden)
+        self.fc2 = nn.Linear(d_hidden, d_out)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, d_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(nn.functional.gelu(self.norm(self.fc1(x)))) * self.scale
+
+
+def mlp(seed: int = 0, frozen: bool = False) -> MLP:
+    """A seeded MLP in eval mode; ``frozen``: no parameter requires grad."""
+    seed_all(seed)
+    model = MLP().eval()
+    if frozen:
+        model.requires_grad_(False)
+    return model
+
+
+def inputs(*shape: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))

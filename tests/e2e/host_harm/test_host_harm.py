@@ -1,0 +1,50 @@
+"""The agent never harms its host: each pattern of ordinary PyTorch usage gives
+the same results with and without the agent, while a client polls the agent
+at 4 Hz and unloads / reloads the pattern's models between its steps.
+
+One test per file in ``patterns/`` (see ``patterns/README.md``); each runs the
+pattern twice in real child processes (``harness.run_pair``) and fails with
+``verdict.judge``'s account of every difference.  Deselect the corpus with
+``-m "not host_harm"``; ``python -m tests.e2e.host_harm [PATTERN...]`` runs
+patterns outside pytest and prints the same account.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from tests.e2e.host_harm import harness, verdict
+
+BOOTSTRAP = harness.ROOT / "app" / "agent" / "_bootstrap" / "sitecustomize.py"
+
+pytestmark = [
+    pytest.mark.host_harm,
+    pytest.mark.skipif(os.name != "posix", reason="POSIX: AF_UNIX agents, process groups"),
+    pytest.mark.skipif(not BOOTSTRAP.exists(), reason="the agent's bootstrap is not there"),
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
+]
+
+
+@pytest.fixture(scope="session")
+def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One torch.compile cache for every run of the session, as a user's machine
+    has one: each graph is compiled from scratch once, not once per run."""
+    return str(tmp_path_factory.mktemp("inductor"))
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.parametrize("pattern", harness.pattern_names())
+def test_pattern_behaves_the_same_under_the_agent(pattern: str, inductor_cache: str) -> None:
+    missing = _missing(harness.pattern_requirements(pattern))
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+    pair = harness.run_pair(pattern, inductor_cache=inductor_cache)
+    report = verdict.judge(pair)
+    if report:
+        pytest.fail(report, pytrace=False)
