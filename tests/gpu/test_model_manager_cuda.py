@@ -21,15 +21,17 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     tracker = models.ModelTracker()
     tracker.hooks = True
+    tracker.use_torch(torch)
     manager = mgr_mod.Manager(tracker)
 
     def track(m):
-        tracker.add(m)
+        # what start() does for a model built before it: hooks placed on this thread
+        tracker.placement.attach_existing(list(m.modules()))
         tracker.refresh(torch)
         return tracker.model_id(m)
 
     yield tracker, manager, track
-    tracker.remove_hooks()
+    tracker.release()
 
 
 def nvml_used_by_me() -> int:
@@ -63,9 +65,10 @@ def test_cuda_to_cpu_offload_frees_vram_and_reload_is_identical(env):
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     time.sleep(0.5)
     before = nvml_used_by_me()
+    params = list(model.parameters())  # held references: reading them is no reload
     ev = manager.handle_unload({"model": mid})
     assert ev["target"] == "cpu" and ev["bytes_moved"] == nbytes
-    assert all(p.device.type == "cpu" and p.is_pinned() for p in model.parameters())
+    assert all(p.device.type == "cpu" and p.is_pinned() for p in params)
     time.sleep(0.5)
     after = nvml_used_by_me()
     assert 0.8 * nbytes <= before - after <= 1.25 * nbytes, (before, after, nbytes)
@@ -105,11 +108,50 @@ def test_split_model_cpu_and_cuda(env):
     mid = track(model)
     x = torch.randn(3, 256)
     ref = model(x)
-    a_ptr = model.a.weight.data_ptr()
+    a_weight = model.a.weight
+    a_ptr = a_weight.data_ptr()
+    b_bytes = sum(p.numel() * p.element_size() for p in model.b.parameters())
     ev = manager.handle_unload({"model": mid, "to": "cpu"})
-    assert ev["bytes_moved"] == sum(p.numel() * p.element_size() for p in model.b.parameters())
-    assert model.a.weight.data_ptr() == a_ptr  # the CPU half stayed
+    assert ev["bytes_moved"] == b_bytes
+    assert a_weight.data_ptr() == a_ptr  # the CPU half stayed
     assert torch.equal(model(x), ref)
     assert model.b.weight.device.type == "cuda" and model.b.weight.dtype == torch.float16
     assert manager.handle_unload({"model": mid, "to": "disk"})["ok"]
     assert torch.equal(model(x), ref)
+
+
+def test_reads_of_an_offloaded_cuda_model_see_it_at_home(env):
+    """state_dict, .half() and a reload inside inference_mode: as if never unloaded."""
+    tracker, manager, track = env
+    model = big_model(layers=2)
+    mid = track(model)
+    x = torch.randn(4, 4096, device="cuda:0")
+    ref = model(x).clone()
+    manager.handle_unload({"model": mid})
+    sd = model.state_dict()  # brings it back first
+    assert all(t.device == torch.device("cuda:0") for t in sd.values())
+    manager.handle_unload({"model": mid})
+    with torch.inference_mode():
+        assert torch.equal(model(x), ref)
+    assert all(not p.is_inference() and p.device.type == "cuda" for p in model.parameters())
+    manager.handle_unload({"model": mid})
+    model.half()
+    assert all(p.dtype == torch.float16 and p.device.type == "cuda" for p in model.parameters())
+
+
+def test_from_pretrained_model_in_eval_unloads_without_force(env, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    tracker, manager, track = env
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128,
+                                  n_positions=64, bos_token_id=0, eos_token_id=0)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "gpt2")
+    model = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").to("cuda:0").eval()
+    assert all(p.requires_grad for p in model.parameters())
+    mid = track(model)
+    ids = torch.tensor([[1, 2, 3, 4]], device="cuda:0")
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
+    ev = manager.handle_unload({"model": mid})
+    assert ev["ok"] and ev["target"] == "cpu" and ev["bytes_released"] > 0
+    with torch.inference_mode():
+        assert torch.equal(model.generate(ids, max_new_tokens=8, do_sample=False), ref)
