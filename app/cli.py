@@ -480,7 +480,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
     elif result["ok"]:
         ttl = result["idle_unload_s"]
         print(f"{args.pid}: " + ("idle unload off" if ttl is None else
-                                 f"models idle for {ttl:g} s are unloaded to cpu by the agent"))
+                                 f"GPU models idle for {ttl:g} s are moved to host memory by the "
+                                 "agent; models on the CPU stay where they are"))
     else:
         print(f"{args.pid}: policy failed: {result['error']}"
               + (f" [{result['code']}]" if result.get("code") else ""))
@@ -702,7 +703,8 @@ def build_parser() -> argparse.ArgumentParser:
     policy.add_argument("--pid", type=int, required=True, help="the process")
     policy.add_argument("--idle-unload", type=_idle_seconds, required=True,
                         metavar="SECONDS|off",
-                        help="unload models idle this long (to cpu); off to stop")
+                        help="move GPU models idle this long to host memory (models on "
+                             "the CPU are left alone); off to stop")
     policy.add_argument("--json", action="store_true", help="machine-readable output")
     policy.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                         help="answer timeout (default 10)")

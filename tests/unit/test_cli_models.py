@@ -110,6 +110,7 @@ def test_pin_and_policy_demo(capsys):
     assert rc == 0 and json.loads(out)["pinned"] is False
     rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(EVAL), "--idle-unload", "600")
     assert rc == 0 and "600 s" in out
+    assert "GPU models" in out and "on the CPU stay where they are" in out
     rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(EVAL), "--idle-unload", "off",
                          "--json")
     assert rc == 0 and json.loads(out) == {"pid": EVAL, "ok": True, "idle_unload_s": None,
