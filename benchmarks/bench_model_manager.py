@@ -54,7 +54,7 @@ def _frozen(m):
     return m
 
 
-def _overhead(torch, plain, hooked, x, n=2000):
+def _overhead(torch, plain, hooked, x, n=2000, rounds=60):
     def block(m):
         t = time.perf_counter()
         for _ in range(n):
@@ -65,7 +65,7 @@ def _overhead(torch, plain, hooked, x, n=2000):
     with torch.no_grad():
         for _ in range(5):
             block(plain), block(hooked)
-        for _ in range(60):
+        for _ in range(rounds):
             a.append(block(plain))
             b.append(block(hooked))
     return statistics.median(a), statistics.median(b)
@@ -104,6 +104,7 @@ def bench_hooks(torch) -> None:
           "its %d parts: %.2f us without, %.2f us with: +%.2f us per call (%.1f %%)"
           % (parts, base * 1e6, with_hooks * 1e6, (with_hooks - base) * 1e6,
              100 * (with_hooks - base) / base))
+    _bench_hf_forward(torch, track)
     from app.agent import guard as _guard
     slot = _guard.slot_of(hooked)
     pre = _guard._PreHook(slot, lambda: False)
@@ -113,6 +114,33 @@ def bench_hooks(torch) -> None:
         pre(hooked, ())
     print("hooks: the hook body alone: %.2f us per call (the rest is torch's hook "
           "dispatch in Module._call_impl)" % ((time.perf_counter() - t) / n * 1e6))
+
+
+def _bench_hf_forward(torch, track) -> None:
+    """A transformers GPT-2 (4 layers, 256 wide) forward of 32 tokens: the
+    share of a real model's forward the hooks take (root + its one composite
+    part, ``transformer``)."""
+    try:
+        import transformers
+    except ImportError:
+        print("hooks: GPT-2 forward skipped (transformers not installed)")
+        return
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=1000,
+                                  n_positions=64, bos_token_id=0, eos_token_id=0)
+
+    def gpt2():
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(cfg).eval()
+
+    plain, hooked = gpt2(), gpt2()
+    track(hooked)
+    hooks = sum(1 for m in hooked.modules() if m._forward_pre_hooks)
+    ids = torch.randint(0, 1000, (1, 32))
+    base, with_hooks = _overhead(torch, plain, hooked, ids, n=20)
+    print("hooks: GPT-2 (4 x 256) forward of 32 tokens, %d hooks: %.1f us without, %.1f us "
+          "with: %+.1f us per call (%+.2f %%)" % (hooks, base * 1e6, with_hooks * 1e6,
+                                                 (with_hooks - base) * 1e6,
+                                                 100 * (with_hooks - base) / base))
 
 
 def _page_cache_read(nbytes: int) -> float:

@@ -61,6 +61,7 @@ class Agent:
         self._next_maintenance = 0.0
         self.started_at = time.time()
         self.start_seconds: float | None = None
+        self.torch_setup_seconds: float | None = None  # torch's hooks (+ the scan), user thread
         self.running = False
 
     # -- user thread -------------------------------------------------------
@@ -123,9 +124,11 @@ class Agent:
     def on_torch_imported(self, torch: Any, existing: bool = False) -> None:
         """In the user's thread (start() or the import hook): torch's hooks, and
         the hooks of the models built before the agent started."""
+        t0 = time.perf_counter()
         integrations.on_torch(torch, self.tracker, self.steps)
         if existing:
             self.tracker.attach_existing(torch)
+        self.torch_setup_seconds = time.perf_counter() - t0
 
     def stop(self) -> None:
         self.running = False

@@ -11,11 +11,7 @@ import zoo
 
 
 def run(ctx) -> None:
-    model = zoo.mlp()
-    x = zoo.inputs(4, 16)
-    ctx.step("loaded")
-    with torch.no_grad():
-        ctx.record("eager", model(x))
+    model, x = zoo.loaded_mlp(ctx)
 
     ctx.step("before compiling", unload=["MLP"], expect="unloaded")
     compiled = torch.compile(model)

@@ -11,11 +11,7 @@ import zoo
 
 
 def run(ctx) -> None:
-    model = zoo.mlp()
-    x = zoo.inputs(4, 16)
-    ctx.step("loaded")
-    with torch.no_grad():
-        ctx.record("eager", model(x))
+    model, x = zoo.loaded_mlp(ctx)
 
     f = torch.compile(lambda inp: model(inp) * 2)
     ctx.step("before the first compiled call", unload=["MLP"], expect="unloaded")

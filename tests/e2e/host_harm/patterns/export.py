@@ -14,11 +14,7 @@ def graph_nodes(ep: torch.export.ExportedProgram) -> list[str]:
 
 
 def run(ctx) -> None:
-    model = zoo.mlp()
-    x = zoo.inputs(4, 16)
-    ctx.step("loaded")
-    with torch.no_grad():
-        ctx.record("eager", model(x))
+    model, x = zoo.loaded_mlp(ctx)
 
     ctx.step("before exporting", unload=["MLP"], expect="unloaded")
     ep = torch.export.export(model, (x,))

@@ -13,11 +13,7 @@ import zoo
 
 
 def run(ctx) -> None:
-    model = zoo.mlp()
-    x = zoo.inputs(4, 16)
-    ctx.step("loaded")
-    with torch.no_grad():
-        ctx.record("eager", model(x))
+    model, x = zoo.loaded_mlp(ctx)
 
     ctx.step("before scripting", unload=["MLP"], expect="unloaded")
     scripted = torch.jit.script(model)

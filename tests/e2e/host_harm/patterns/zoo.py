@@ -42,3 +42,14 @@ def mlp(seed: int = 0, frozen: bool = False) -> MLP:
 
 def inputs(*shape: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def loaded_mlp(ctx) -> tuple[MLP, torch.Tensor]:
+    """The common start of a pattern: a seeded eval-mode MLP and its input,
+    a first pause ("loaded"), and the eager output recorded as "eager"."""
+    model = mlp()
+    x = inputs(4, 16)
+    ctx.step("loaded")
+    with torch.no_grad():
+        ctx.record("eager", model(x))
+    return model, x
