@@ -8,7 +8,10 @@ nothing.  A model counts as **training** when there is evidence of it:
 * its parameters hold gradients;
 * an optimizer stepped its parameters within ``TRAINING_WINDOW_S`` (torch's
   global optimizer step hook tells);
-* gradients were seen on it within ``TRAINING_WINDOW_S`` (a backward pass).
+* gradients were seen on it within ``TRAINING_WINDOW_S`` (a backward pass);
+* it was called with autograd on (not under ``no_grad`` / ``inference_mode``)
+  and its parameters require grad, within ``TRAINING_WINDOW_S``: the graph of
+  that call may still be waiting for its backward, which reads the weights.
 
 Training evidence refuses an unload unless ``force`` (manual only) and keeps
 the model from ever being unloaded automatically.
@@ -16,7 +19,9 @@ the model from ever being unloaded automatically.
 Some models are never unloaded, force or not (``unload_blocker``): weights
 also reached by compiled, exported or traced code (torch.compile, torch.export,
 torch.fx, TorchScript), tensors shared with another model, meta placeholders
-(weights held elsewhere), tensors the manager cannot move, no hooks.
+(weights held elsewhere), tensors the manager cannot move, no hooks, a model
+called while a CUDA graph was being captured (the graph's replays call no
+hook and read the weights at their addresses).
 
 Automatically (the idle timer, the app's memory-pressure policy) a model
 must also not be pinned, and for the idle timer its weights must be on a GPU.
@@ -46,6 +51,8 @@ REFUSALS = {
     "torch.fx": "part of a torch.fx GraphModule that holds the same weights",
     "TorchScript": "traced or scripted with TorchScript: the script module holds the same "
                    "weights",
+    "CUDA graph": "captured into a CUDA graph: its replays read the weights at their "
+                  "addresses",
     "torch.func": "held by a torch.func transform",
     "torch internals": "held by torch's own machinery",
     "no agent hooks": "the agent has no hooks on it (hooks are off: VRAM_STEWARD_LAST_USED=0 "
@@ -132,6 +139,10 @@ def training_evidence(module: Any, guard: Any, figures: dict, steps: OptimizerSt
     seen = getattr(guard, "grad_seen", None)
     if seen is not None and now - seen <= TRAINING_WINDOW_S:
         return "backward %s ago" % ago(now - seen)
+    call = getattr(guard, "grad_call", None)
+    if call is not None and figures.get("requires_grad") and now - call <= TRAINING_WINDOW_S:
+        # its outputs may still hold a graph whose backward reads these weights
+        return "forward with autograd %s ago" % ago(now - call)
     return None
 
 

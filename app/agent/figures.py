@@ -135,7 +135,7 @@ def model_figures(root: Any) -> dict[str, Any]:
                     placeholder_bytes += size
                     continue
                 if unmovable is None:
-                    unmovable = _unmovable(t)
+                    unmovable = why_unmovable(t)
                 slot = by_device.setdefault(dev, {"params": 0, "buffers": 0})
                 slot[kind] += size
                 if kind == "params":
@@ -153,7 +153,7 @@ def model_figures(root: Any) -> dict[str, Any]:
     }
 
 
-def _unmovable(t: Any) -> str | None:
+def why_unmovable(t: Any) -> str | None:
     """Why the manager could not move this tensor, None if it can."""
     try:
         if str(t.layout) != "torch.strided" or getattr(t, "is_quantized", False):

@@ -35,6 +35,8 @@ own that announces the copy to the agent on its first call.
 
 from __future__ import annotations
 
+import collections
+import copy
 import os
 import sys
 import threading
@@ -74,8 +76,8 @@ class ModelGuard:
     """
 
     __slots__ = ("lock", "cond", "state", "cell", "module_ref", "model_id", "pinned", "offload",
-                 "reloader", "target", "reloads", "first_seen", "grad_seen", "waiters",
-                 "__weakref__")
+                 "reloader", "target", "first_seen", "grad_seen", "grad_call", "waiters",
+                 "draining", "transition", "__weakref__")
 
     def __init__(self, module: Any, model_id: str | None = None,
                  first_seen: float | None = None) -> None:
@@ -92,10 +94,14 @@ class ModelGuard:
         self.offload: Any = None  # the manager's record while offloaded
         self.reloader: Callable[["ModelGuard", str], str | None] | None = None
         self.target: str | None = None
-        self.reloads = 0
         self.first_seen = _time() if first_seen is None else first_seen  # epoch seconds
         self.grad_seen: float | None = None  # epoch seconds gradients were last seen
+        self.grad_call: float | None = None  # epoch seconds of the last call building a graph
         self.waiters: set = set()  # threads waiting in ensure_resident (not running the model)
+        self.draining = False  # UNLOADING and still waiting for calls to leave the model
+        #: while an unload or a reload changes the weights: what undoes it in a
+        #: child forked meanwhile (``undo_in_child()``), else None
+        self.transition: Any = None
         _ALL_GUARDS.add(self)
 
     @property
@@ -108,13 +114,19 @@ class ModelGuard:
         last = self.cell[0]
         return self.first_seen if last is None else last
 
-    def ensure_resident(self, reason: str) -> bool:
-        """Call with ``lock`` held; returns with it held and the model resident.
+    def ensure_resident(self, reason: str, calls: int = 1) -> bool:
+        """Call with ``lock`` held; returns with it held and the model resident,
+        or with the weights still in place for a thread the unload waits for.
 
         Returns True when this call performed the reload.  Only one thread
         reloads; the others wait.  Raises ReloadFailed when the reload failed.
+        A thread already inside the model (``calls`` of its own Module calls
+        into it: 2 from the hook of a call, whose own call is one) goes on
+        while an unload waits for calls to leave: the weights have not moved
+        yet, and the unload goes on waiting for that thread.
         """
         did = False
+        inside = None
         while self.state is not RESIDENT:
             if self.state is OFFLOADED:
                 reloader = self.reloader
@@ -140,6 +152,11 @@ class ModelGuard:
                                        "stays offloaded" % (self.model_id, error))
                 did = True
             else:
+                if self.state is UNLOADING and self.draining:
+                    if inside is None:
+                        inside = self.inside(calls)
+                    if inside:
+                        return did
                 tid = _get_ident()
                 self.waiters.add(tid)
                 try:
@@ -180,24 +197,27 @@ class ModelGuard:
         finally:
             del frames
 
-    def inside(self) -> bool:
-        """Is this thread already inside a call of the model (beyond the call
-        whose hook is running now)?"""
+    def inside(self, calls: int = 1) -> bool:
+        """Does this thread's stack hold ``calls`` Module calls into the model?"""
         module = self.module_ref()
         if module is None:
             return False
-        return _calls_into(sys._getframe(1), {id(m) for m in _fig.subtree(module)}, 2)
+        return _calls_into(sys._getframe(1), {id(m) for m in _fig.subtree(module)}, calls)
 
     def wait_idle(self, timeout: float) -> bool:
         """Lock held, state UNLOADING (new calls wait in the hook, a thread
-        already inside passes): wait until no thread is inside; False on timeout."""
+        already inside goes on): wait until no thread is inside; False on timeout."""
         deadline = time.monotonic() + timeout
-        while self.running_threads():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self.cond.wait(min(left, IDLE_POLL_S))
-        return True
+        self.draining = True
+        try:
+            while self.running_threads():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(min(left, IDLE_POLL_S))
+            return True
+        finally:
+            self.draining = False
 
 
 def _calls_into(frame: Any, ids: set, needed: int) -> bool:
@@ -225,19 +245,38 @@ class Slot:
     ``guard`` None: inert.  ``used`` is set by the first call, ``seen`` keeps
     the time of calls made before the agent assigned a guard (a model built
     and run in one notebook cell), ``traced`` that torch.jit.trace recorded a
-    call.  ``announce(module)`` tells the agent about a module it has not met
+    call, ``captured`` that a CUDA graph did (its replays read the weights at
+    their addresses, and call no hook).  ``announce(module)`` tells the agent about a module it has not met
     (a deep copy), once.
     """
 
-    __slots__ = ("guard", "used", "seen", "traced", "announce", "handle", "__weakref__")
+    __slots__ = ("guard", "used", "seen", "traced", "captured", "announce", "handle",
+                 "__weakref__")
 
     def __init__(self, announce: Callable[[Any], None] | None = None) -> None:
         self.guard: ModelGuard | None = None
         self.used = False
         self.seen: float | None = None
         self.traced = False  # called while torch.jit.trace was recording
+        self.captured = False  # called while a CUDA graph was being captured
         self.announce = announce
         self.handle: Any = None
+
+
+class Checks:
+    """torch's cheap checks the hook makes on each call (None: not available).
+
+    ``tracing``: torch.jit.trace is recording; ``capturing``: a CUDA graph is
+    being captured on the current stream (never initialises CUDA);
+    ``grad_enabled``: autograd records this call."""
+
+    __slots__ = ("tracing", "capturing", "grad_enabled")
+
+    def __init__(self, tracing: Any = None, capturing: Any = None,
+                 grad_enabled: Any = None) -> None:
+        self.tracing = tracing
+        self.capturing = capturing
+        self.grad_enabled = grad_enabled
 
 
 class _PreHook:
@@ -247,13 +286,13 @@ class _PreHook:
     Deep-copied: an inert hook with a fresh slot, so the copy is a model of
     its own, never managed through the original's guard."""
 
-    __slots__ = ("slot", "compiling", "tracing", "__weakref__")
+    __slots__ = ("slot", "compiling", "checks", "__weakref__")
     __name__ = "vram_steward_pre"
 
-    def __init__(self, slot: Slot, compiling: Any, tracing: Any = None) -> None:
+    def __init__(self, slot: Slot, compiling: Any, checks: "Checks | None" = None) -> None:
         self.slot = slot
         self.compiling = compiling
-        self.tracing = tracing
+        self.checks = checks if checks is not None else Checks()
 
     def __reduce__(self) -> Any:
         return (getattr, (0, "__init__"))
@@ -262,16 +301,18 @@ class _PreHook:
         slot = memo.get(id(self.slot))
         if slot is None:
             slot = memo[id(self.slot)] = Slot(self.slot.announce)
-        return _PreHook(slot, self.compiling, self.tracing)
+        return _PreHook(slot, self.compiling, self.checks)
 
     def __call__(self, module: Any, args: Any) -> None:
         try:
             if self.compiling():
                 return None
             slot = self.slot
-            tracing = self.tracing
-            if tracing is not None and tracing():
+            checks = self.checks
+            if checks.tracing is not None and checks.tracing():
                 slot.traced = True  # its weights now live on in a traced ScriptModule
+            if checks.capturing is not None and checks.capturing():
+                slot.captured = True
             g = slot.guard
             if g is None:
                 slot.seen = _time()
@@ -283,11 +324,12 @@ class _PreHook:
                 return None
             if g.state is not RESIDENT:
                 with g.lock:
-                    # A thread already inside the model may go on while an
-                    # unload waits for it (the copy starts only once all left).
-                    if not (g.state is UNLOADING and g.inside()):
-                        g.ensure_resident("forward")
-            g.cell[0] = _time()
+                    g.ensure_resident("forward", calls=2)
+            now = _time()
+            g.cell[0] = now
+            grad = checks.grad_enabled
+            if grad is not None and grad():
+                g.grad_call = now  # autograd may keep the weights for a backward
             if not slot.used:
                 slot.used = True
         except ReloadFailed as exc:
@@ -316,40 +358,87 @@ def hook_of(module: Any) -> "_PreHook | None":
     return None
 
 
-def install(module: Any, slot: Slot, compiling: Any, tracing: Any = None) -> None:
-    """Register a new hook on ``module`` (the user's thread only)."""
-    register(module, slot, _PreHook(slot, compiling, tracing))
+def install(module: Any, slot: Slot, compiling: Any, checks: "Checks | None" = None) -> bool:
+    """Register a new hook on ``module`` (the user's thread only); False: not placed."""
+    return register(module, slot, _PreHook(slot, compiling, checks))
 
 
-def register(module: Any, slot: Slot, hook: "_PreHook") -> None:
-    """Register this hook object on ``module`` (the user's thread only)."""
+class HookDict(collections.OrderedDict):
+    """A module's ``_forward_pre_hooks`` once the agent's hook is in it.
+
+    Pickled (``torch.save(model)``, multiprocessing), it is a plain
+    OrderedDict without the agent's hooks: a placeholder left in their place
+    would make TorchScript and ``torch.compile(fullgraph=True)`` fail on the
+    loaded model wherever it is loaded.  Deep-copied, it keeps them (each
+    with a fresh slot: the copy is a model of its own)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        return (collections.OrderedDict,
+                ([(k, v) for k, v in self.items() if type(v) is not _PreHook],))
+
+    def __deepcopy__(self, memo: dict) -> "HookDict":
+        out = HookDict()
+        memo[id(self)] = out
+        for key, value in self.items():
+            out[key] = copy.deepcopy(value, memo)
+        return out
+
+
+def register(module: Any, slot: Slot, hook: "_PreHook") -> bool:
+    """Register this hook object on ``module`` (the user's thread only).
+
+    Only on a module with no forward pre-hooks of its own yet (while it is
+    being built): its hook dict becomes a ``HookDict``, and a handle the user
+    holds for an earlier hook would point at the dict replaced.  False:
+    not placed."""
+    d = module.__dict__
+    hooks = d.get("_forward_pre_hooks")
+    if type(hooks) is not HookDict:
+        if type(hooks) is not collections.OrderedDict or hooks:
+            return False
+        d["_forward_pre_hooks"] = HookDict()
     slot.handle = module.register_forward_pre_hook(hook, prepend=True)
+    return True
 
 
 def uninstall(module: Any, slot: Slot) -> None:
     """Remove the hook (the user's thread, while the module is being built)."""
     handle, slot.handle = slot.handle, None
+    hooks = module.__dict__.get("_forward_pre_hooks")
+    removed = False
     if handle is not None:
         try:
             handle.remove()
-            return
+            removed = True
         except Exception:
             pass
-    # A deep copy's hook has no handle of its own: find it by type.
-    hooks = module.__dict__.get("_forward_pre_hooks")
-    for key, hook in list((hooks or {}).items()):
-        if type(hook) is _PreHook and hook.slot is slot:
-            hooks.pop(key, None)
+    if not removed:  # a deep copy's hook has no handle of its own: find it by type
+        for key, hook in list((hooks or {}).items()):
+            if type(hook) is _PreHook and hook.slot is slot:
+                hooks.pop(key, None)
+    if type(hooks) is HookDict and not hooks:
+        module.__dict__["_forward_pre_hooks"] = collections.OrderedDict()
 
 
 def _reinit_after_fork() -> None:
     # A lock held by another thread at fork time would stay held forever in
     # the child: give every guard fresh ones (only the forking thread exists).
+    # A model caught mid-move goes back to where it was before the move began:
+    # the thread moving it does not exist in the child.
     try:
         for g in list(_ALL_GUARDS):
             g.lock = threading.Lock()
             g.cond = threading.Condition(g.lock)
             g.waiters = set()
+            g.draining = False
+            transition, g.transition = g.transition, None
+            if transition is not None:
+                try:
+                    g.state = transition.undo_in_child()
+                except BaseException:
+                    pass
     except BaseException:
         pass
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import log as _log
 from .errors import ActionError
+from .guard import RESIDENT
 
 
 def ttl_from_env() -> float | None:
@@ -60,13 +61,11 @@ class IdlePolicy:
         tracker = self.manager.tracker
         for module in tracker.user_roots():
             g = tracker.guard(module)
-            if g is None or g.state != "resident" or now - g.idle_since < ttl:
+            if g is None or g.state is not RESIDENT or now - g.idle_since < ttl:
                 continue
-            if g.running_threads():
-                continue  # a long call of it is running right now
             try:
-                if self.manager.blocker(module, g) is None:
-                    out.append(tracker.model_id(module))
+                if self.manager.blocker(module, g) is None and not g.running_threads():
+                    out.append(tracker.model_id(module))  # (not while a long call runs)
             except Exception:
                 _log.log_exc("idle check failed")
         return [m for m in out if m]
@@ -74,7 +73,6 @@ class IdlePolicy:
     def _unload(self, model_ids: list) -> None:
         tracker = self.manager.tracker
         for model_id in model_ids:
-            module = None
             try:
                 module = tracker.find(model_id)
                 g = tracker.guard(module) if module is not None else None
@@ -88,5 +86,3 @@ class IdlePolicy:
                 _log.log("idle unload of %s skipped: %s" % (model_id, exc))
             except Exception:
                 _log.log_exc("idle unload of %s failed" % model_id)
-            finally:
-                module = None

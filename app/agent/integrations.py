@@ -5,9 +5,11 @@
   evidence that its parameters are training (``eligibility``);
 * ``torch.jit.script`` (and ``torch.jit._script.script``) wrapped: TorchScript
   compiles every forward hook of the module it scripts and would reject the
-  agent's Python hooks, so the wrapper lifts them for the duration of the
-  call and puts the same hooks back; an offloaded model is brought back first
-  and the scripted model is marked (the script module shares its weights);
+  agent's Python hooks, so for a module the wrapper lifts them for the
+  duration of the call and puts the same hooks back; an offloaded model is
+  brought back first and a scripted model is marked (the script module shares
+  its weights).  Anything else (a class, a function) goes straight through,
+  one frame further up for TorchScript's name resolution;
 * a dynamo compile-start callback (``torch._dynamo.callback_handler``), from
   the moment torch._dynamo is imported: offloaded models are brought back
   before dynamo traces anything, so compiled code always sees weights at home
@@ -38,7 +40,8 @@ def on_torch(torch: Any, tracker: Any, steps: Any) -> None:
     tracker.hooks = _models.install_global_hooks(torch)
     steps.compiling = _models.compiling_fn(torch)
     _install_step_hook(torch, steps)
-    _install_jit_guard(torch)
+    if tracker.placement.enabled:  # without the agent's hooks there is nothing to lift
+        _install_jit_guard(torch)
     if "torch._dynamo" in sys.modules:
         on_dynamo(sys.modules["torch._dynamo"])
 
@@ -69,38 +72,39 @@ def _install_step_hook(torch: Any, steps: Any) -> None:
 # -- TorchScript ---------------------------------------------------------------------
 
 def _lift(obj: Any) -> list:
-    """Take the agent's hooks off ``obj``'s module tree; returns what to put back."""
-    lifted: list = []
+    """Take the agent's hooks off ``obj``'s module tree; returns what to put back.
+
+    An offloaded model in the tree is brought back first (the script module
+    shares its weights); a failed reload raises, as the call needs them."""
     modules = getattr(obj, "modules", None)
     if not callable(modules):
-        return lifted
-    try:
-        tracker = _models._ACTIVE
-        for m in modules():
-            slot = _guard.slot_of(m)
-            if slot is None:
-                continue
-            g = slot.guard
-            if g is not None and g.state is not _guard.RESIDENT:
-                g.make_resident("compile")
-            if tracker is not None:
-                tracker.placement.marks.setdefault(m, "TorchScript")
-            hook = _guard.hook_of(m)
-            _guard.uninstall(m, slot)
-            lifted.append((m, slot, hook))
-    except Exception as exc:
-        _log.log("lifting hooks for torch.jit.script failed: %r" % (exc,))
+        return []
+    found = [(m, _guard.hook_of(m)) for m in modules()]
+    found = [(m, hook) for m, hook in found if hook is not None]
+    for _, hook in found:
+        g = hook.slot.guard
+        if g is not None and g.state is not _guard.RESIDENT:
+            g.make_resident("compile")
+    lifted: list = []
+    for m, hook in found:
+        try:
+            _guard.uninstall(m, hook.slot)
+            lifted.append((m, hook))
+        except Exception as exc:
+            _log.log("lifting a hook for torch.jit.script failed: %r" % (exc,))
     return lifted
 
 
-def _restore(lifted: list) -> None:
-    for m, slot, hook in lifted:
-        if hook is None:
-            continue
+def _restore(lifted: list, scripted: bool) -> None:
+    """Put the same hooks back; mark the models a script module now shares."""
+    tracker = _models._ACTIVE
+    for m, hook in lifted:
         try:
-            _guard.register(m, slot, hook)
+            _guard.register(m, hook.slot, hook)
         except Exception as exc:
             _log.log("restoring a hook after torch.jit.script failed: %r" % (exc,))
+        if scripted and tracker is not None:
+            tracker.placement.marks.setdefault(m, "TorchScript")
 
 
 def _install_jit_guard(torch: Any) -> None:
@@ -112,13 +116,22 @@ def _install_jit_guard(torch: Any) -> None:
     original = getattr(jit, "script", None)
     if original is None or getattr(original, "_vram_steward_original", None) is not None:
         return
+    module_type = torch.nn.Module
 
-    def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def script(obj: Any, optimize: Any = None, _frames_up: int = 0, *args: Any,
+               **kwargs: Any) -> Any:
+        # TorchScript resolves a class's names from its caller's frame: this
+        # wrapper is one frame more.
+        if not isinstance(obj, module_type):
+            return original(obj, optimize, _frames_up + 1, *args, **kwargs)
         lifted = _lift(obj)
+        scripted = False
         try:
-            return original(obj, *args, **kwargs)
+            result = original(obj, optimize, _frames_up + 1, *args, **kwargs)
+            scripted = True
+            return result
         finally:
-            _restore(lifted)
+            _restore(lifted, scripted)
 
     try:
         functools.update_wrapper(script, original)

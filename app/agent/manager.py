@@ -62,6 +62,30 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
+class _Changed(Exception):
+    """The weights changed under an unload: it is refused, nothing moved."""
+
+
+class _Transition:
+    """A move in progress, as ``guard.transition``: in a child forked meanwhile
+    (the moving thread does not exist there) the model goes back to where the
+    move started from."""
+
+    __slots__ = ("rec", "unloading", "swaps")
+
+    def __init__(self, rec: "storage.Offload", unloading: bool) -> None:
+        self.rec = rec
+        self.unloading = unloading
+        self.swaps: list = []  # (tensor, its data before) as the move swaps them
+
+    def undo_in_child(self) -> str:
+        storage.undo(self.swaps)
+        if self.unloading:
+            storage.restore_dicts(self.rec)
+            return _guard.RESIDENT
+        return _guard.OFFLOADED
+
+
 class Manager:
     """Runs unload / reload for the agent; the hooks call ``_reload_work``."""
 
@@ -138,14 +162,20 @@ class Manager:
         """Why an automatic unload would be refused; None = eligible when idle."""
         if figures is None:
             figures = self.tracker.figures(module)
-        found = eligibility.unload_blocker(module, g, self.tracker, figures)
-        if found is None:
-            found = eligibility.training_evidence(module, g, figures, self.steps)
-        if found is None and g.pinned:
-            found = "pinned"
-        if found is None and automatic_gpu and not eligibility.on_gpu(module, g):
-            found = "not on a GPU"
-        return found
+        return self._blockers(module, g, figures, automatic_gpu)[2]
+
+    def _blockers(self, module: Any, g: Any, figures: dict, automatic_gpu: bool = True
+                  ) -> tuple[str | None, str | None, str | None]:
+        """(unload blocker, training evidence, automatic blocker)."""
+        blocker = eligibility.unload_blocker(module, g, self.tracker, figures)
+        evidence = eligibility.training_evidence(module, g, figures, self.steps) \
+            if g is not None else None
+        automatic = blocker or evidence
+        if automatic is None and g.pinned:
+            automatic = "pinned"
+        if automatic is None and automatic_gpu and not eligibility.on_gpu(module, g):
+            automatic = "not on a GPU"
+        return blocker, evidence, automatic
 
     def annotate(self, module: Any, info: dict, figures: dict) -> None:
         """Add the manager's fields to one model entry of the report."""
@@ -163,12 +193,10 @@ class Manager:
             info["bytes_by_device"] = {"disk": total}
             info["device"] = "disk"
         try:
-            blocker = eligibility.unload_blocker(module, g, self.tracker, figures)
+            blocker, evidence, automatic = self._blockers(module, g, figures)
             info["unload_blocker"] = blocker
-            info["training_evidence"] = (eligibility.training_evidence(
-                module, g, figures, self.steps) if g is not None else None)
-            info["auto_unload_blocker"] = self.blocker(module, g, figures=figures) \
-                if g is not None else blocker
+            info["training_evidence"] = evidence
+            info["auto_unload_blocker"] = automatic
             # Use through compiled or traced code never reaches the hooks.
             hidden = blocker in eligibility.REFUSALS and blocker != "no agent hooks"
             info["idle_since"] = None if g is None or hidden else g.idle_since
@@ -228,31 +256,54 @@ class Manager:
                     g.model_id, g.state, " to %s" % g.target if g.target else ""))
             figures = _fig.model_figures(module)  # fresh: this decides
             self._refuse_if_blocked(module, g, figures, force, automatic)
-            modules = _fig.subtree(module)
-            storage.check_not_reparametrized(torch, modules)
-            tensors = _fig.tensors(module, grads=True)
-            self._check_shared(module, tensors)
-            groups = storage.plan(torch, tensors)
-            del tensors
-            if to is None:
-                to = "cpu" if any(storage.is_cuda(gr.device) for gr in groups) else "disk"
-            moving = [gr for gr in groups if to == "disk" or storage.is_cuda(gr.device)]
-            if not moving:
-                raise ActionError(protocol.REFUSED, "nothing to move: the weights are already "
-                                  "on the CPU (use to=disk to free host RAM)")
             with g.lock:
                 if g.state is not _guard.RESIDENT:
                     raise ActionError(protocol.REFUSED, "model %s is %s" % (g.model_id, g.state))
-                # UNLOADING first: new forwards wait (they reload afterwards) while
-                # the ones in flight finish; refused if they do not within wait_s.
+                # UNLOADING first: new calls wait (they reload afterwards) while
+                # the ones running finish; refused if they do not within wait_s.
                 g.state = _guard.UNLOADING
                 if not g.wait_idle(wait_s):
                     g.state = _guard.RESIDENT
                     g.cond.notify_all()
                     raise ActionError(protocol.REFUSED, "a forward is running (waited %.1f s)"
                                       % wait_s)
-            rec = storage.Offload(to, groups, moving, reason)
-            return self._offload(torch, module, g, rec, modules)
+            # From here on a read of the weights waits for the unload, then
+            # brings the model back: planned, copied and swapped, nothing moves
+            # under the user's feet.
+            rec = storage.Offload(reason)
+            modules = _fig.subtree(module)
+            storage.swap_in_dicts(modules, g, rec)
+            g.transition = _Transition(rec, unloading=True)
+            try:
+                self._plan(torch, module, modules, rec, to)
+            except BaseException:
+                storage.restore_dicts(rec)
+                self._back_to_resident(g)
+                raise
+            return self._offload(torch, module, g, rec)
+
+    @staticmethod
+    def _back_to_resident(g: Any) -> None:
+        """An unload that will not happen (lock not held)."""
+        with g.lock:
+            g.transition = None
+            g.state = _guard.RESIDENT
+            g.cond.notify_all()
+
+    def _plan(self, torch: Any, module: Any, modules: list, rec: "storage.Offload",
+              to: str | None) -> None:
+        storage.check_not_reparametrized(torch, modules)
+        tensors = _fig.tensors(module, grads=True)
+        self._check_shared(module, tensors)
+        groups = storage.plan(torch, tensors)
+        del tensors
+        if to is None:
+            to = "cpu" if any(storage.is_cuda(gr.device) for gr in groups) else "disk"
+        moving = [gr for gr in groups if to == "disk" or storage.is_cuda(gr.device)]
+        if not moving:
+            raise ActionError(protocol.REFUSED, "nothing to move: the weights are already "
+                              "on the CPU (use to=disk to free host RAM)")
+        rec.planned(to, groups, moving)
 
     def _refuse_if_blocked(self, module: Any, g: Any, figures: dict, force: bool,
                            automatic: bool) -> None:
@@ -276,14 +327,13 @@ class Manager:
                     raise ActionError(protocol.REFUSED, "shares tensors with model %s"
                                       % (self.tracker.model_id(other) or "?"))
 
-    def _offload(self, torch: Any, module: Any, g: Any, rec: "storage.Offload",
-                 modules: list) -> dict:
+    def _offload(self, torch: Any, module: Any, g: Any, rec: "storage.Offload") -> dict:
         t0 = time.perf_counter()
         to, reason = rec.target, rec.reason
         cuda_idx = sorted({storage.device_index(gr.device) for gr in rec.moving
                            if storage.is_cuda(gr.device)})
         host_moved = any(not storage.is_cuda(gr.device) for gr in rec.moving)
-        swaps: list = []
+        swaps = g.transition.swaps
         try:
             with modes.suspended(torch):
                 reserved_before = {i: storage.reserved(torch, i) for i in cuda_idx}
@@ -295,7 +345,9 @@ class Manager:
                 storage.synchronize(torch, cuda_idx)
                 if to == "disk":
                     storage.map_files(torch, rec)
-                storage.swap_in_dicts(modules, g, rec)
+                if not storage.unchanged(rec.groups):
+                    raise _Changed("a tensor of it was replaced while it was being copied "
+                                   "(through a reference held outside the model)")
                 storage.offloaded_views(torch, rec, swaps)
         except BaseException as exc:
             storage.undo(swaps)
@@ -305,13 +357,13 @@ class Manager:
                 gr.mapped = None
             if rec.finalizer is not None:
                 rec.finalizer()
-            with g.lock:
-                g.state = _guard.RESIDENT
-                g.cond.notify_all()
+            self._back_to_resident(g)
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("unloading %s failed, rolled back: %s" % (g.model_id, error))
             self._event(g, module, "unload", _guard.RESIDENT, to, 0, 0,
                         time.perf_counter() - t0, reason, False, error)
+            if isinstance(exc, _Changed):
+                raise ActionError(protocol.REFUSED, "%s; nothing moved" % exc) from None
             if isinstance(exc, Exception):
                 raise ActionError(protocol.FAILED, "unload failed and was rolled back (the model "
                                   "is resident and unchanged): %s" % error) from None
@@ -325,6 +377,7 @@ class Manager:
             g.offload = rec
             g.target = to
             g.reloader = self._reload_work
+            g.transition = None
             # the event is recorded before a waiting forward can reload (seq order)
             event = self._event(g, module, "unload", _guard.OFFLOADED, to, rec.bytes_moved,
                                 released, seconds, reason, True, None)
@@ -370,7 +423,8 @@ class Manager:
         t0 = time.perf_counter()
         if torch is None or rec is None:
             return "nothing to reload from"
-        swaps: list = []
+        transition = g.transition = _Transition(rec, unloading=False)
+        swaps = transition.swaps
         try:
             with modes.suspended(torch):
                 pending, cuda_idx = storage.copy_back(torch, rec)
@@ -379,6 +433,7 @@ class Manager:
                 del pending
         except BaseException as exc:
             storage.undo(swaps)
+            g.transition = None
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("reloading %s failed: %s" % (g.model_id, error))
             self._event(g, module, "reload", _guard.OFFLOADED, rec.target, 0, 0,
@@ -388,6 +443,7 @@ class Manager:
             return error
         del swaps
         storage.restore_dicts(rec)
+        g.transition = None
         for gr in rec.moving:
             gr.copy = None
             gr.mapped = None
@@ -396,7 +452,6 @@ class Manager:
             # elsewhere the finalizer removes the files when the model goes or at exit
         g.offload = None
         g.target = None
-        g.reloads += 1
         g.cell[0] = time.time()  # brought back for a use: the idle clock restarts
         if rec.target == "cpu" and any(storage.is_cuda(gr.device) for gr in rec.moving):
             storage.host_empty_cache(torch)
@@ -417,6 +472,3 @@ class Manager:
                         eligibility.has_grad(module):
                     g.grad_seen = now
         self.idle.tick()
-
-    def idle_candidates(self, ttl: float, now: float | None = None) -> list:
-        return self.idle.candidates(ttl, now)

@@ -95,10 +95,6 @@ def install_global_hooks(torch: Any) -> bool:
         return False
 
 
-def global_hooks_installed() -> bool:
-    return _GLOBAL_HOOKS_INSTALLED
-
-
 def compiling_fn(torch: Any) -> Any:
     """torch's "is dynamo tracing now?" check (constant-folded by dynamo).
 
@@ -124,6 +120,15 @@ def tracing_fn(torch: Any) -> Any:
     return fn if callable(fn) else None
 
 
+def capturing_fn(torch: Any) -> Any:
+    """torch's "is a CUDA graph being captured?" check, or None (a CPU build).
+    It returns False without creating a CUDA context where none exists."""
+    if getattr(getattr(torch, "version", None), "cuda", None) is None:
+        return None
+    fn = getattr(getattr(torch, "_C", None), "_cuda_isCurrentStreamCapturing", None)
+    return fn if callable(fn) else None
+
+
 def _never() -> bool:
     return False
 
@@ -134,6 +139,7 @@ class ModelTracker:
 
     def __init__(self, last_used: bool = True) -> None:
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()  # the agent thread and an action's worker refresh
         self._seen: "weakref.WeakSet" = weakref.WeakSet()
         self._first_seen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.dirty = True
@@ -179,7 +185,11 @@ class ModelTracker:
     def use_torch(self, torch: Any) -> None:
         """Bind torch's checks (the user's thread, once torch is imported)."""
         self.placement.compiling = compiling_fn(torch)
-        self.placement.tracing = tracing_fn(torch)
+        checks = self.placement.checks  # the object every hook holds: set in place
+        checks.tracing = tracing_fn(torch)
+        checks.capturing = capturing_fn(torch)
+        grad = getattr(torch, "is_grad_enabled", None)
+        checks.grad_enabled = grad if callable(grad) else None
 
     def attach_existing(self, torch: Any) -> None:
         """Find the modules built before the agent started and place their hooks
@@ -218,6 +228,10 @@ class ModelTracker:
 
     def refresh(self, torch: Any, allow_scan: bool = True) -> bool:
         """Recompute roots if anything changed; True when the list of roots changed."""
+        with self._refresh_lock:
+            return self._refresh(torch, allow_scan)
+
+    def _refresh(self, torch: Any, allow_scan: bool) -> bool:
         if allow_scan and not self.hooks and time.monotonic() - self._last_scan > RESCAN_NO_HOOKS_S:
             self._rescan(torch)
         if not self.dirty:
@@ -260,9 +274,14 @@ class ModelTracker:
             g = self._guards.get(m)
             slot = _guard.slot_of(m)
             if g is None:
-                g = _guard.ModelGuard(m, self._ids.get(m), self._first_seen.get(m))
-                if slot is not None and slot.seen is not None:
-                    g.cell[0] = slot.seen  # called before the agent listed it
+                old = slot.guard if slot is not None else None
+                if old is not None and old.module_ref() is m:
+                    g = old  # a stopped agent's guard: the model may be offloaded under it
+                    g.model_id = self._ids.get(m)
+                else:
+                    g = _guard.ModelGuard(m, self._ids.get(m), self._first_seen.get(m))
+                    if slot is not None and slot.seen is not None:
+                        g.cell[0] = slot.seen  # called before the agent listed it
                 self._guards[m] = g
             if slot is not None:
                 slot.guard = g
@@ -300,9 +319,6 @@ class ModelTracker:
     def model_id(self, module: Any) -> str | None:
         return self._ids.get(module)
 
-    def is_user_model(self, module: Any) -> bool:
-        return id(module) in self._user_roots
-
     def invalidate(self, module: Any) -> None:
         self._cache.pop(module, None)
 
@@ -314,7 +330,7 @@ class ModelTracker:
 
     def marks(self, root: Any, figures: dict | None = None) -> str | None:
         """What else reaches ``root``'s weights: "torch.compile", "torch.export",
-        "torch.fx", "TorchScript" (never moved), or None."""
+        "torch.fx", "TorchScript", "CUDA graph" (never moved), or None."""
         marks = self.placement.marks
         for m in _fig.subtree(root):
             kind = marks.get(m)
@@ -328,6 +344,8 @@ class ModelTracker:
             slot = _guard.slot_of(m) if m is not None else None
             if slot is not None and slot.traced:
                 return "TorchScript"
+            if slot is not None and slot.captured:
+                return "CUDA graph"
         return None
 
     def figures(self, module: Any) -> dict:

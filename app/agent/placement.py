@@ -99,8 +99,9 @@ class Placement:
     """The user-thread side of model tracking: hooks, adoption, marks.
 
     ``announce(module)`` tells the tracker about a module (O(1), any thread);
-    ``compiling()`` / ``tracing()`` are torch's own checks; ``guard_of(module)``
-    returns the model's guard if the tracker made one.
+    ``compiling()`` and ``checks`` are torch's own checks (shared by every
+    hook placed); ``guard_of(module)`` returns the model's guard if the tracker
+    made one.
     """
 
     def __init__(self, announce: Callable[[Any], None], compiling: Callable[[], bool],
@@ -108,7 +109,7 @@ class Placement:
                  guard_of: Callable[[Any], Any]) -> None:
         self.announce = announce
         self.compiling = compiling
-        self.tracing = tracing
+        self.checks = _guard.Checks(tracing)
         self.guard_of = guard_of
         self.enabled = True  # False: no hooks at all (VRAM_STEWARD_LAST_USED=0)
         self._adopted: "weakref.WeakSet" = weakref.WeakSet()  # has a user-module parent
@@ -177,18 +178,18 @@ class Placement:
                 continue
             parts = [c for c in _children(m) if c is not None and is_part(m, c)]
             for part in [m] + parts:
-                if _guard.slot_of(part) is None and _has_params(part):
-                    self._place(part)
+                if _guard.slot_of(part) is None and _has_params(part) and self._place(part):
                     placed += 1
         return placed
 
     # -- internals ------------------------------------------------------------------
-    def _place(self, module: Any) -> None:
+    def _place(self, module: Any) -> bool:
         try:
             slot = _guard.Slot(self.announce)
-            _guard.install(module, slot, self.compiling, self.tracing)
+            return _guard.install(module, slot, self.compiling, self.checks)
         except Exception as exc:
             _log.log("placing hooks on %s failed: %r" % (type(module).__name__, exc))
+            return False
 
     def _prune(self, module: Any) -> None:
         if module is None:

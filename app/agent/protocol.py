@@ -33,12 +33,13 @@ Methods (the allowlist; anything else is ``unknown_method``)
     ``subscribe``   ``{"events": ["oom", ...]}`` -> ``{"events": [...]}``
     ``unload``      ``{"model": "m1", "to": "cpu"|"disk", "force": false,
                     "reason": "manual"|"pressure"}`` (``to`` defaults to "cpu" for
-                    a model with CUDA weights, else "disk"; "pressure" obeys the
-                    automatic rules: never pinned / training / requires grad /
-                    never used, no force) ->
-                    the model event (below) once the model is offloaded; refused
-                    with ``refused`` and a reason (training mode, forward running,
-                    torch.compile, ...) leaving the model resident and usable
+                    a model with CUDA weights, else "disk"; ``force`` overrides
+                    training evidence only, manual unloads only; "pressure"
+                    obeys the automatic rules: never pinned, never with training
+                    evidence) -> the model event (below) once the model is
+                    offloaded; refused with ``refused`` and a reason (training
+                    evidence, a forward running, torch.compile, shared tensors,
+                    ...) leaving the model resident and usable
     ``reload``      ``{"model": "m1"}`` -> the model event once resident again
                     (already resident: an unrecorded event with ``"note"``)
     ``pin``         ``{"model": "m1", "pinned": true}`` -> ``{"model", "pinned"}``;
@@ -50,13 +51,17 @@ Model events (in ``report``'s ``"events"``, the last 64, and pushed as the
 ``model_state`` event to subscribers):
     ``{"seq": n, "time": epoch_s, "model": "m1", "name", "action": "unload"|"reload",
     "state": "resident"|"unloading"|"offloaded"|"reloading", "target": "cpu"|"disk"|null,
-    "bytes_moved", "bytes_released", "seconds", "reason": "manual"|"idle"|"pressure"|"forward",
-    "ok": bool, "error": str|null}``
+    "bytes_moved", "bytes_released", "seconds",
+    "reason": "manual"|"idle"|"pressure"|"forward"|"access"|"compile",
+    "ok": bool, "error": str|null}`` ("access": a read of the weights brought it
+    back, "compile": torch.compile or torch.jit.script did)
 
 Error codes
     ``bad_request`` (not a valid request object), ``unknown_method``,
-    ``bad_params``, ``unauthorized``, ``busy``, ``failed`` (the action ran and
-    raised; the message says why), ``internal``.
+    ``bad_params``, ``unauthorized``, ``busy`` (also, with ``"id": null``,
+    the last frame of a connection closed to make room for a new one),
+    ``refused``, ``not_found``, ``failed`` (the action ran and raised; the
+    message says why), ``internal``.
 """
 
 from __future__ import annotations

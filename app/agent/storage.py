@@ -13,16 +13,18 @@ Targets:
   shared=True)`` into the page cache (no fsync: the bytes must outlive the
   process's use of them, not a crash of the machine).  The offloaded tensors
   then view a private (copy-on-write) mapping of their file: nothing is
-  resident until read.  A reload copies CUDA storages up out of those
-  mappings and leaves CPU storages memory-mapped (zero copy); the files are
-  unlinked then (POSIX: a mapping keeps the inode alive).
+  resident until read.  The files are unlinked on reload.
+
+A reload recreates every storage as it was (``Group``): same size, same
+offsets, same alignment, on its own device.
 
 While a model is offloaded each of its modules' ``_parameters`` and
 ``_buffers`` dicts is an ``OffloadedDict``: any read of a weight by the
 user's code (``state_dict``, ``.to()``, ``.half()``, ``deepcopy``, pickling,
 a deeper submodule's forward, ``model.device``) brings the model back first,
-exactly as a forward would, so nothing ever sees the offloaded copies.  The
-agent reads them with ``dict.values(d)`` and never triggers that.
+exactly as a forward would.  Only a reference to a tensor taken before the
+unload reaches the offloaded copy directly.  The agent reads the dicts with
+``dict.values(d)`` and never triggers a reload.
 """
 
 from __future__ import annotations
@@ -36,16 +38,19 @@ from typing import Any
 from . import log as _log
 from . import paths, protocol
 from .errors import ActionError
+from .figures import why_unmovable
 from .guard import RESIDENT
 
 PARAM_DICTS = ("_parameters", "_buffers")
 
 #: Weights come back at the same address modulo this many bytes.  CPU (and
 #: GPU) kernels pick code paths by the alignment of their operands: a weight
-#: loaded as a slice of a memory-mapped safetensors file (4-byte aligned) and
-#: the same bytes at a page-aligned address give a Linear different output
-#: bits.  Costs at most this many bytes per storage.
-ALIGN = 4096
+#: loaded as a slice of a memory-mapped safetensors file and the same bytes at
+#: another alignment give a Linear different output bits.
+ALIGN = 64
+#: A storage holding this much more than the model's tensors cover is not
+#: recreated whole on reload (only the covered bytes come back).
+SLACK_BYTES = 64 * 1024
 
 
 # -- seams the tests monkeypatch ---------------------------------------------
@@ -65,7 +70,7 @@ def copy_bytes(dst: Any, src: Any, non_blocking: bool) -> None:
 class View:
     """One tensor of a group: enough to rebuild it on any storage."""
 
-    __slots__ = ("tensor", "dtype", "size", "stride", "rel", "esize", "placed")
+    __slots__ = ("tensor", "dtype", "size", "stride", "rel", "esize", "home_ptr", "placed")
 
     def __init__(self, tensor: Any, rel: int) -> None:
         self.tensor = tensor
@@ -74,26 +79,39 @@ class View:
         self.stride = tuple(tensor.stride())
         self.esize = int(tensor.element_size())
         self.rel = rel  # byte offset from the group's start (a multiple of esize)
+        self.home_ptr = storage_ptr(tensor)  # its storage when planned
         self.placed = 0  # data_ptr of the storage the offloaded tensor views
 
 
 class Group:
     """Tensors sharing one storage: copied once, views recreated on reload.
 
-    ``residue``: the address of the group's first byte modulo ``ALIGN``,
-    kept wherever its bytes go (see ``ALIGN``)."""
+    The storage comes back as it was: the same size, the tensors at the same
+    offsets in it, its first byte at the same address modulo ``ALIGN`` (so
+    ``torch.save`` writes the same bytes, safetensors still sees tied weights
+    covering their storage, and kernels see the same alignment).  Bytes of
+    the storage no tensor of the model covers come back as zeros; a storage
+    much larger than what the model covers comes back as the covered bytes
+    only, still at the same alignment."""
 
-    __slots__ = ("device", "start", "span", "residue", "views", "copy", "mapped", "items")
+    __slots__ = ("device", "start", "span", "nbytes", "residue", "views", "copy", "mapped",
+                 "items")
 
     def __init__(self, device: Any) -> None:
         self.device = device
-        self.start = 0
-        self.span = 0
-        self.residue = 0
+        self.start = 0  # byte offset of the first covered byte in the storage
+        self.span = 0  # covered bytes
+        self.nbytes = 0  # the storage's size
+        self.residue = 0  # the storage's address modulo ALIGN
         self.views: list = []
         self.copy: Any = None  # host buffer (cpu target)
         self.mapped: Any = None  # disk: private (copy-on-write) mapping of its own file
         self.items: list = []  # (tensor, byte offset in storage, extent) while planning
+
+    @property
+    def whole(self) -> bool:
+        """Recreate the whole storage on reload (it holds little besides the model)."""
+        return self.nbytes - self.span <= SLACK_BYTES
 
 
 class Offload:
@@ -102,16 +120,22 @@ class Offload:
     __slots__ = ("target", "groups", "moving", "home", "bytes_moved", "finalizer", "reason",
                  "paths", "dicts")
 
-    def __init__(self, target: str, groups: list, moving: list, reason: str) -> None:
-        self.target = target
-        self.groups = groups
-        self.moving = moving
-        self.home = home_of(groups)
+    def __init__(self, reason: str) -> None:
+        self.target = "cpu"
+        self.groups: list = []
+        self.moving: list = []
+        self.home: str | None = None
         self.bytes_moved = 0
         self.finalizer: Any = None
         self.reason = reason
         self.paths: list = []  # disk: one file per storage
         self.dicts: list = []  # (weakref to module, attr, OffloadedDict) while offloaded
+
+    def planned(self, target: str, groups: list, moving: list) -> None:
+        self.target = target
+        self.groups = groups
+        self.moving = moving
+        self.home = home_of(groups)
 
 
 def home_of(groups: list) -> str | None:
@@ -125,14 +149,11 @@ def plan(torch: Any, tensors: list) -> list:
     for t in tensors:
         if getattr(t, "is_meta", False) or t.device.type == "meta":
             raise ActionError(protocol.REFUSED, "holds meta tensors (weights not materialised)")
-        if t.layout is not torch.strided or getattr(t, "is_quantized", False):
-            raise ActionError(protocol.REFUSED, "holds sparse or quantized tensors: not supported")
-        if type(t.data) is not torch.Tensor:
-            raise ActionError(protocol.REFUSED, "holds tensor subclasses (%s): not supported"
-                              % type(t.data).__name__)
-        if t.device.type != "cpu" and not is_cuda(t.device):
-            raise ActionError(protocol.REFUSED, "holds tensors on %s: only cpu and cuda are "
-                              "supported" % t.device)
+        why = why_unmovable(t)
+        if why is None and t.device.type != "cpu" and not is_cuda(t.device):
+            why = "tensors on %s" % t.device
+        if why is not None:
+            raise ActionError(protocol.REFUSED, "holds %s: not supported" % why)
         st = t.untyped_storage()
         esize = int(t.element_size())
         off = int(t.storage_offset()) * esize
@@ -152,11 +173,18 @@ def plan(torch: Any, tensors: list) -> list:
         end = max(off + ext for _, off, ext in g.items)
         g.start, g.span = start, max(0, end - start)
         first = g.items[0][0]
-        g.residue = (storage_ptr(first) + start) % ALIGN if g.span else 0
+        g.nbytes = int(first.untyped_storage().nbytes()) if g.span else 0
+        g.residue = storage_ptr(first) % ALIGN if g.span else 0
         g.views = [View(t, off - start) for t, off, _ in g.items]
         g.items = []
         out.append(g)
     return out
+
+
+def unchanged(groups: list) -> bool:
+    """Do all planned tensors still view the storages they viewed when planned?
+    (False: the user replaced one meanwhile, through a reference of their own.)"""
+    return all(storage_ptr(v.tensor) == v.home_ptr for g in groups for v in g.views)
 
 
 def check_not_reparametrized(torch: Any, modules: list) -> None:
@@ -306,18 +334,10 @@ def new_file(model_id: str, nbytes: int) -> str:
 
 
 def attach_files(rec: Offload, model_id: str, owner: Any) -> None:
-    """Create the disk target's files; they go when ``owner`` (the guard) goes.
-
-    Each group's bytes start at file offset ``residue``: a mapping is page
-    aligned, so a model left memory-mapped after its reload keeps its weights'
-    alignment."""
+    """Create the disk target's files; they go when ``owner`` (the guard) goes."""
     for k, gr in enumerate(rec.moving):
-        rec.paths.append(new_file("%s-%d" % (model_id, k), gr.residue + gr.span))
+        rec.paths.append(new_file("%s-%d" % (model_id, k), gr.span))
     rec.finalizer = weakref.finalize(owner, unlink_all, list(rec.paths))
-
-
-def _file_size(gr: Group) -> int:
-    return gr.residue + gr.span
 
 
 # -- copies ------------------------------------------------------------------------------
@@ -330,9 +350,8 @@ def copy_out(torch: Any, rec: Offload) -> None:
             gr.copy = host_buffer(torch, gr.span, pin=is_cuda(gr.device))
             copy_bytes(gr.copy, src, True)
         elif gr.span:
-            shared = torch.UntypedStorage.from_file(rec.paths[k], shared=True,
-                                                     nbytes=_file_size(gr))
-            copy_bytes(uint8(torch, shared)[gr.residue:], src, False)
+            shared = torch.UntypedStorage.from_file(rec.paths[k], shared=True, nbytes=gr.span)
+            copy_bytes(uint8(torch, shared), src, False)
             del shared  # the page cache holds the bytes now
         rec.bytes_moved += gr.span
         del src
@@ -341,8 +360,7 @@ def copy_out(torch: Any, rec: Offload) -> None:
 def map_files(torch: Any, rec: Offload) -> None:
     """Disk: the offloaded tensors view a private mapping of each file."""
     for k, gr in enumerate(rec.moving):
-        gr.mapped = (torch.UntypedStorage.from_file(rec.paths[k], shared=False,
-                                                    nbytes=_file_size(gr))
+        gr.mapped = (torch.UntypedStorage.from_file(rec.paths[k], shared=False, nbytes=gr.span)
                      if gr.span else None)
 
 
@@ -353,9 +371,8 @@ def offloaded_views(torch: Any, rec: Offload, swaps: list) -> None:
     ``swaps`` collects (tensor, old data) for the caller's rollback."""
     for gr in rec.moving:
         storage = gr.copy.untyped_storage() if rec.target == "cpu" else gr.mapped
-        base = 0 if rec.target == "cpu" else gr.residue
         for v in gr.views:
-            new = (view_on(torch, storage, "cpu", base, v) if storage is not None
+            new = (view_on(torch, storage, "cpu", 0, v) if storage is not None
                    else placeholder(torch, v))
             old = v.tensor.data
             v.tensor.data = new
@@ -365,20 +382,18 @@ def offloaded_views(torch: Any, rec: Offload, swaps: list) -> None:
 
 def copy_back(torch: Any, rec: Offload) -> tuple[list, set]:
     """Reload's copy phase: (group, storage, device, base) to swap in, CUDA
-    devices used.  Each group lands at its old address modulo ``ALIGN``."""
+    devices used.  Every storage is recreated as it was (see ``Group``); none
+    stays memory-mapped (a mapped storage is "shared" for torch.multiprocessing)."""
     cuda_idx: set = set()
     pending = []
     for gr in rec.moving:
         if rec.target == "cpu":
             src = gr.copy
         elif gr.mapped is not None:
-            src = uint8(torch, gr.mapped)[gr.residue:]
+            src = uint8(torch, gr.mapped)
         else:
             src = torch.empty(0, dtype=torch.uint8, device="cpu")
-        if rec.target == "disk" and gr.mapped is not None and not is_cuda(gr.device):
-            pending.append((gr, gr.mapped, gr.device, gr.residue))  # stays memory-mapped
-            continue
-        dst, base = aligned_empty(torch, gr.span, gr.device, gr.residue)
+        dst, base = home_buffer(torch, gr)
         copy_bytes(dst[base:base + gr.span], src, is_cuda(gr.device))
         if is_cuda(gr.device):
             cuda_idx.add(device_index(gr.device))
@@ -386,13 +401,33 @@ def copy_back(torch: Any, rec: Offload) -> tuple[list, set]:
     return pending, cuda_idx
 
 
-def aligned_empty(torch: Any, span: int, device: Any, residue: int) -> tuple[Any, int]:
-    """A byte buffer on ``device`` and the offset in it whose address is
-    ``residue`` modulo ``ALIGN``."""
-    if not span:
-        return torch.empty(0, dtype=torch.uint8, device=device), 0
-    buf = torch.empty(span + ALIGN, dtype=torch.uint8, device=device)
-    return buf, (residue - storage_ptr(buf)) % ALIGN
+def home_buffer(torch: Any, gr: Group) -> tuple[Any, int]:
+    """A byte tensor on the group's device and the offset of the group in it."""
+    if not gr.span:
+        return torch.empty(0, dtype=torch.uint8, device=gr.device), 0
+    if gr.whole:
+        buf = aligned_empty(torch, gr.nbytes, gr.device, gr.residue)
+        if gr.start:
+            buf[:gr.start].zero_()
+        if gr.start + gr.span < gr.nbytes:
+            buf[gr.start + gr.span:].zero_()
+        return buf, gr.start
+    buf = torch.empty(gr.span + ALIGN, dtype=torch.uint8, device=gr.device)
+    return buf, (gr.residue + gr.start - storage_ptr(buf)) % ALIGN
+
+
+def aligned_empty(torch: Any, nbytes: int, device: Any, residue: int) -> Any:
+    """A byte tensor of exactly ``nbytes`` (its storage too) at an address of
+    ``residue`` modulo ALIGN.  torch's allocators give ALIGN-aligned memory;
+    another residue (a storage made from a Python buffer) needs a buffer of
+    our own on the CPU."""
+    buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if residue == storage_ptr(buf) % ALIGN or is_cuda(device):
+        return buf
+    raw = bytearray(nbytes + ALIGN)
+    addr = torch.frombuffer(raw, dtype=torch.uint8, count=1).data_ptr()
+    offset = (residue - addr) % ALIGN
+    return torch.frombuffer(raw, dtype=torch.uint8, count=nbytes, offset=offset)
 
 
 def home_views(torch: Any, pending: list, swaps: list) -> None:
@@ -422,68 +457,64 @@ def undo(swaps: list) -> None:
 class OffloadedDict(dict):
     """A module's ``_parameters`` / ``_buffers`` while its model is offloaded.
 
-    Any read of a value brings the model back first (``guard.make_resident``),
-    on the reading thread, then answers from the resident weights; keys,
-    ``in`` and ``len`` need no weights.  ``__iter__`` is overridden so that
-    CPython's dict copies (``dict(d)``, ``{**d}``) go through ``keys`` and
-    ``__getitem__`` instead of reading the table directly.  Copies, pickles
-    and deep copies are plain dicts.
+    ``home`` is the module's own dict, put back on reload (so the module keeps
+    the same dict object across unloads).  Any read of a value brings the
+    model back first (``guard.make_resident``), on the reading thread, then
+    answers from ``home``; keys, ``in`` and ``len`` need no weights.  Every
+    change is made to both, so a reference to either taken before a reload
+    stays right.  ``__iter__`` is overridden so that CPython's dict copies
+    (``dict(d)``, ``{**d}``) go through ``keys`` and ``__getitem__`` instead
+    of reading the table directly.  Copies, pickles and deep copies are plain
+    dicts.
     """
 
-    __slots__ = ("guard",)
+    __slots__ = ("guard", "home")
 
-    def __init__(self, items: Any, guard: Any) -> None:
-        dict.__init__(self, items)
+    def __init__(self, home: dict, guard: Any) -> None:
+        dict.__init__(self, home)
+        self.home = home
         self.guard = guard
 
-    def _home(self) -> None:
+    def _home(self) -> dict:
         g = self.guard
         if g is not None and g.state is not RESIDENT:
             g.make_resident("access")
+        return self.home
 
+    # -- reads: the model comes back first
     def __getitem__(self, key: Any) -> Any:
-        self._home()
-        return dict.__getitem__(self, key)
+        return self._home()[key]
 
     def __iter__(self) -> Any:
-        return dict.__iter__(self)
+        return iter(self.home)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        self._home()
-        return dict.get(self, key, default)
+        return self._home().get(key, default)
 
     def items(self) -> Any:
-        self._home()
-        return dict.items(self)
+        return self._home().items()
 
     def values(self) -> Any:
-        self._home()
-        return dict.values(self)
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self._home()
-        return dict.pop(self, key, *default)
-
-    def popitem(self) -> Any:
-        self._home()
-        return dict.popitem(self)
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        self._home()
-        return dict.setdefault(self, key, default)
+        return self._home().values()
 
     def copy(self) -> dict:
-        self._home()
-        return dict(dict.items(self))
+        return self._home().copy()
 
     __copy__ = copy
+
+    def __eq__(self, other: Any) -> bool:
+        return self._home() == other
+
+    def __ne__(self, other: Any) -> bool:
+        return self._home() != other
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __or__(self, other: Any) -> Any:
         return self.copy() | other
 
     def __deepcopy__(self, memo: dict) -> dict:
-        plain = self.copy()
-        result = _copy.deepcopy(plain, memo)
+        result = _copy.deepcopy(self.copy(), memo)
         memo[id(self)] = result
         return result
 
@@ -493,30 +524,68 @@ class OffloadedDict(dict):
     def __repr__(self) -> str:
         return repr(self.copy())
 
+    # -- changes: made to both
+    def __setitem__(self, key: Any, value: Any) -> None:
+        dict.__setitem__(self, key, value)
+        self.home[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        dict.__delitem__(self, key)
+        del self.home[key]
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        home = self._home()
+        dict.pop(self, key, None)
+        return home.pop(key, *default)
+
+    def popitem(self) -> Any:
+        key, value = self._home().popitem()
+        dict.pop(self, key, None)
+        return key, value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        value = self._home().setdefault(key, default)
+        dict.setdefault(self, key, value)
+        return value
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.home.update(*args, **kwargs)
+        dict.clear(self)
+        dict.update(self, self.home)
+
+    def __ior__(self, other: Any) -> "OffloadedDict":
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        dict.clear(self)
+        self.home.clear()
+
 
 def swap_in_dicts(modules: list, guard: Any, rec: Offload) -> None:
-    """Give each module an ``OffloadedDict`` per weight dict (before the swap
-    phase, so a reader either sees the resident weights or waits for them)."""
+    """Give each module an ``OffloadedDict`` per weight dict (right after the
+    model's calls have left it, before anything is copied: from then on a
+    read waits for the unload, then brings the model back)."""
     for m in modules:
         d = m.__dict__
         ref = weakref.ref(m)  # never strong: the guard (in a dict keyed by the model) holds rec
         for attr in PARAM_DICTS:
             plain = d.get(attr)
             if type(plain) is dict and plain:
-                off = OffloadedDict(dict.items(plain), guard)
+                off = OffloadedDict(plain, guard)
                 d[attr] = off
                 rec.dicts.append((ref, attr, off))
 
 
 def restore_dicts(rec: Offload) -> None:
-    """Plain dicts again, with whatever was registered while offloaded."""
+    """The modules' own dicts again, with whatever was registered meanwhile."""
     for ref, attr, off in rec.dicts:
         m = ref()
         if m is None:
             continue
         try:
             if m.__dict__.get(attr) is off:
-                m.__dict__[attr] = dict(dict.items(off))
+                m.__dict__[attr] = off.home
         except Exception:
             _log.log_exc("restoring a module's %s failed" % attr)
     rec.dicts = []

@@ -3,7 +3,7 @@
 Qt-free, shared by the CLI and the window.  The agent decides what may be
 unloaded; these helpers only read its words so a person is offered a forced
 unload where the agent would accept one.  Only training evidence (train mode,
-gradients present, a recent optimizer step or backward) gives way to
+gradients present, a recent optimizer step, backward or forward with autograd) gives way to
 ``force``, and only for a manual unload.  Everything else the agent names
 (torch.compile, torch.export, TorchScript, torch.fx, tensors shared with
 another model, meta placeholders, sparse, quantized or subclassed tensors, no
@@ -15,10 +15,12 @@ agent hooks, a forward running) refuses any unload; these helpers offer no
 from __future__ import annotations
 
 #: Words of training evidence, as the agent spells it ("training mode": an older agent).
-TRAINING_WORDS = ("train mode", "training", "optimizer step", "gradients present", "backward")
+TRAINING_WORDS = ("train mode", "training", "optimizer step", "gradients present", "backward",
+                  "autograd")
 
 #: Words of a refusal that no ``force`` overrides (checked first).
-NEVER_WORDS = ("compile", "export", "torchscript", "torch.fx", "graphmodule", "torch.func",
+NEVER_WORDS = ("compile", "export", "torchscript", "torch.fx", "graphmodule", "cuda graph",
+               "torch.func",
                "torch internals", "shares tensors", "shared", "meta", "placeholder", "sparse",
                "quantized", "subclass", "tensors on", "unreadable", "hooks", "forward running",
                "forward is running", "busy", "already", "not offloaded")

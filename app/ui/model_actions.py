@@ -132,6 +132,9 @@ _BLOCKER_HELP = (
     ("gradients present", "its parameters hold gradients: a backward pass or an optimizer "
                           "step may use them"),
     ("backward", "a backward pass ran through it recently: it is training"),
+    ("autograd", "it was called with autograd on (no torch.no_grad) and its parameters "
+                 "require grad: the graph of that call may still be waiting for its "
+                 "backward, which reads these weights"),
     ("training", "the agent sees it training"),
     ("pinned", "you pinned it: pinned models are never unloaded automatically"),
     ("torch.compile", "it is used through torch.compile: compiled graphs hold their own "
@@ -141,6 +144,8 @@ _BLOCKER_HELP = (
     ("torchscript", "it is used through TorchScript: the scripted code holds its own "
                     "references to the weights, moving them is not safe"),
     ("torch.fx", "it is part of a torch.fx GraphModule that holds the same weights"),
+    ("cuda graph", "it was captured into a CUDA graph: the graph's replays read the weights "
+                   "at their addresses, moving them is not safe"),
     ("torch.func", "a torch.func transform holds its weights"),
     ("torch internals", "torch's own machinery holds its weights"),
     ("shares tensors", "it shares tensors with another model: moving them would pull them "

@@ -162,7 +162,7 @@ class AgentSide:
                 time.sleep(0.1)
 
     def act(self, label: str, unload: list[str], reload: bool, expect: str,
-            deadline: float) -> StepOutcome:
+            deadline: float, force: bool = False) -> StepOutcome:
         """Unload (and maybe reload) the named models; bounded by ``deadline`` (monotonic)."""
         outcome = StepOutcome(label, expect, reload)
         entry = self.entry()
@@ -175,16 +175,16 @@ class AgentSide:
             outcome.error = f"no report: {exc}"
             return outcome
         for name in unload:
-            outcome.models.append(self._unload(entry, report, name, reload, deadline))
+            outcome.models.append(self._unload(entry, report, name, reload, deadline, force))
         return outcome
 
     def _unload(self, entry: AgentEntry, report: AgentReport, name: str, reload: bool,
-                deadline: float) -> ModelOutcome:
+                deadline: float, force: bool) -> ModelOutcome:
         listed = ", ".join(f"{m.id}={short_class(m)}" for m in report.models) or "none"
         found = pick_model(report, name)
         if found is None:
             return ModelOutcome(name, reason=f"no root model of class {name}", listed=listed)
-        result = agent_client.unload(entry, found.id, to=None,
+        result = agent_client.unload(entry, found.id, to=None, force=force,
                                      timeout_s=_within(ACTION_TIMEOUT_S, deadline))
         if result.ok:
             out = ModelOutcome(name, found.id, "unloaded", listed=listed)

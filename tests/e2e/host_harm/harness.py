@@ -269,7 +269,7 @@ def _drive(child: _Child, side: AgentSide | None, out: RunResult, deadline: floa
                 outcome = StepOutcome(payload["label"], payload["expect"], payload["reload"])
             else:
                 outcome = side.act(payload["label"], payload["unload"], payload["reload"],
-                                   payload["expect"], deadline)
+                                   payload["expect"], deadline, payload.get("force", False))
             out.steps.append(outcome)
             if not child.answer("@@GO " + json.dumps(outcome.to_json())):
                 out.problems.append(f"could not answer step {payload['label']!r}")

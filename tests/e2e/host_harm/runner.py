@@ -6,7 +6,7 @@ the process's original stdout; the pattern's own prints go to stderr so they
 can never interleave with it):
 
     @@PID <pid>            first line: the process the agent lives in
-    @@STEP <json>          {label, unload, reload, expect}; then one line
+    @@STEP <json>          {label, unload, reload, expect, force}; then one line
                            ``@@GO ...`` is read from stdin before going on
     @@RESULT <json>        last line: {pattern, records, steps, warnings, error}
 
@@ -89,10 +89,11 @@ class Context:
             self.records.append([label, outcome])
 
     def step(self, label: str, unload: Iterable[str] = (), reload: bool = False,
-             expect: str = "any") -> None:
-        """A pause between two calls: the harness may unload ``unload`` (class names)
-        and, with ``reload``, bring them back before answering.  The answer is not
-        returned: a pattern must do the same thing whatever the agent did."""
+             expect: str = "any", force: bool = False) -> None:
+        """A pause between two calls: the harness may unload ``unload`` (class names;
+        with ``force``, as ``unload --force`` does) and, with ``reload``, bring them
+        back before answering.  The answer is not returned: a pattern must do the
+        same thing whatever the agent did."""
         if isinstance(unload, str):
             raise TypeError("unload takes a sequence of class names, not one string")
         if expect not in EXPECTS:
@@ -100,7 +101,8 @@ class Context:
         names = [str(n) for n in unload]
         self.steps.append(label)
         _send(self._channel, "@@STEP", {"label": label, "unload": names,
-                                        "reload": bool(reload), "expect": expect})
+                                        "reload": bool(reload), "expect": expect,
+                                        "force": bool(force)})
         answer = self._answers.readline()
         if not answer.startswith("@@GO"):
             raise HarnessGone(f"step {label!r}: expected @@GO from the harness, got {answer!r}")

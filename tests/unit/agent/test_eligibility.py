@@ -62,7 +62,7 @@ def test_the_idle_timer_and_the_pressure_policy_pick_it(live, tmp_path):
         model(torch.tensor([[1, 2]]))
     mid = entry(live, model)["id"]
     time.sleep(0.05)
-    assert live.manager.idle_candidates(0.04) == [mid]
+    assert live.manager.idle.candidates(0.04) == [mid]
     assert live.manager.handle_unload({"model": mid, "reason": "pressure"})["ok"]
 
 
@@ -71,7 +71,7 @@ def test_a_model_never_called_is_idle_since_first_seen(live):
     info = entry(live, model)
     assert info["last_used"] is None and info["idle_since"] == info["first_seen"]
     time.sleep(0.05)
-    assert live.manager.idle_candidates(0.04) == [info["id"]]
+    assert live.manager.idle.candidates(0.04) == [info["id"]]
 
 
 def test_train_mode_is_training_and_force_overrides_it_for_manual_unloads_only(live):

@@ -105,3 +105,93 @@ def test_a_slot_pickles_to_nothing_and_loads_without_an_agent(live):
     restored = pickle.loads(pickle.dumps(model))
     assert all(not isinstance(h, guard._PreHook) for h in restored._forward_pre_hooks.values())
     assert torch.equal(restored(torch.ones(1, 5)), model(torch.ones(1, 5)))
+
+
+def helper_for_a_scripted_class(x: int) -> int:
+    return x + 1
+
+
+def test_jit_script_of_a_class_still_resolves_names_where_it_was_called(live):
+    assert getattr(torch.jit.script, "_vram_steward_original", None) is not None
+
+    @torch.jit.script
+    class Pair:
+        def __init__(self, a: int):
+            self.a = helper_for_a_scripted_class(a)
+
+    @torch.jit.script
+    def make(a: int) -> int:
+        return Pair(a).a
+
+    assert make(1) == 2
+
+
+def test_importing_torch_distributed_optim_under_the_agent(tmp_path):
+    """It scripts TorchScript classes at import (ZeroRedundancyOptimizer users)."""
+    import subprocess
+    import sys
+
+    from .conftest import agent_env, short_tmpdir
+
+    code = ("import torch, vram_steward_agent, time; assert vram_steward_agent.is_running(); "
+            "from torch.distributed.optim import ZeroRedundancyOptimizer; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], env=agent_env(short_tmpdir()),
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def user_pre_hook(module, args):
+    return None
+
+
+def test_a_model_saved_whole_loads_without_the_agents_hook_and_scripts(live, tmp_path):
+    import io
+    model = Net().eval()
+    assert any(isinstance(h, guard._PreHook) for h in model._forward_pre_hooks.values())
+    user_hook = model.register_forward_pre_hook(user_pre_hook)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    hooks = list(loaded._forward_pre_hooks.values())
+    assert len(hooks) == 1 and not isinstance(hooks[0], guard._PreHook)  # the user's stays
+    assert type(loaded._forward_pre_hooks).__name__ == "OrderedDict"
+    user_hook.remove()
+    assert not any(not isinstance(h, guard._PreHook) for h in model._forward_pre_hooks.values())
+    loaded._forward_pre_hooks.clear()  # (TorchScript wants an annotated hook)
+    x = torch.ones(2, 5)
+    assert torch.equal(torch.jit.script(loaded)(x), model(x))
+    assert torch.equal(torch.compile(loaded, backend="eager", fullgraph=True)(x), model(x))
+
+
+def test_a_model_with_pre_hooks_of_its_own_before_start_gets_no_agent_hook():
+    """A handle the user holds must keep removing the user's hook: the agent
+    does not replace a hook dict that already has hooks in it."""
+    from app.agent import models as models_mod
+
+    model = Net()
+    handle = model.register_forward_pre_hook(lambda m, args: None)
+    tracker = models_mod.ModelTracker()
+    tracker.use_torch(torch)
+    tracker.placement.attach_existing(list(model.modules()))
+    assert guard.slot_of(model) is None
+    handle.remove()
+    assert not model._forward_pre_hooks
+    tracker.refresh(torch)
+    info = [i for i in tracker.models([]) if i["class"].endswith(".Net")]
+    assert info  # still listed
+
+
+def test_a_model_called_while_a_cuda_graph_is_captured_is_never_moved(live):
+    model = Net().eval()
+    live.refresh()
+    checks = live.tracker.placement.checks
+    old = checks.capturing
+    checks.capturing = lambda: True  # as torch._C._cuda_isCurrentStreamCapturing during capture
+    try:
+        with torch.no_grad():
+            model(torch.ones(1, 5))
+    finally:
+        checks.capturing = old
+    info = next(i for i in live.listed() if i["id"] == live.tracker.model_id(model))
+    assert info["unload_blocker"] == "CUDA graph" and info["idle_since"] is None

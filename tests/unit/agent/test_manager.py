@@ -344,7 +344,7 @@ def test_training_mode_never_auto_unloaded_and_manual_needs_force(env, monkeypat
     model(torch.randn(2, 16))
     g = env.tracker.guard(model)
     time.sleep(0.02)
-    assert env.manager.idle_candidates(0.01) == []
+    assert env.manager.idle.candidates(0.01) == []
     assert env.manager.blocker(model, g) == "train mode"
     for params in ({"model": mid, "reason": "pressure"}, {"model": mid}):
         with pytest.raises(ActionError) as err:
@@ -365,7 +365,7 @@ def test_eval_model_whose_parameters_require_grad_is_eligible(env, monkeypatch):
     g = env.tracker.guard(model)
     assert env.manager.blocker(model, g) is None
     time.sleep(0.02)
-    assert env.manager.idle_candidates(0.01) == [mid]
+    assert env.manager.idle.candidates(0.01) == [mid]
     assert env.manager.handle_unload({"model": mid, "reason": "pressure"})["ok"]
 
 
@@ -658,7 +658,7 @@ def test_ttl_leaves_cpu_models_alone(env):
     assert env.manager.blocker(model, g) == "not on a GPU"
     env.manager.handle_set_policy({"idle_unload_s": 0.01})
     time.sleep(0.02)
-    assert env.manager.idle_candidates(0.01) == []
+    assert env.manager.idle.candidates(0.01) == []
 
 
 def test_idle_env_variable(monkeypatch):
@@ -840,9 +840,11 @@ def test_model_deleted_while_offloaded_removes_file(env, _cache_dir):
 
 
 @pytest.mark.parametrize("target", ["disk", "cpu"])
-def test_weights_come_back_at_the_same_alignment(env, target, request):
+def test_weights_come_back_in_the_same_storage_geometry(env, target, request):
     """Loaded as slices of a memory-mapped file (safetensors), weights sit at
-    odd addresses, and CPU kernels give other bits for other alignments."""
+    odd addresses, and CPU kernels give other bits for other alignments;
+    torch.save writes whole storages and safetensors checks that tied weights
+    cover theirs."""
     if target == "cpu":
         request.getfixturevalue("fake_cuda")
     raw = torch.empty(1 << 16, dtype=torch.uint8)
@@ -852,11 +854,104 @@ def test_weights_come_back_at_the_same_alignment(env, target, request):
         n = p.numel() * p.element_size()
         p.data = raw[offset:offset + n].view(torch.float32).view(p.shape).copy_(p.data)
         offset += n + 36
-    before = [p.data_ptr() % 4096 for p in model.parameters()]
+    def geometry():
+        return [(p.data_ptr() % storage.ALIGN, p.storage_offset(), p.untyped_storage().nbytes(),
+                 p.untyped_storage().data_ptr() == model[0].weight.untyped_storage().data_ptr())
+                for p in model.parameters()]
+
+    before = geometry()
     [mid] = env.track(model)
     x = torch.randn(5, 64)
     ref = model(x)
     for _ in range(2):
         env.manager.handle_unload({"model": mid, "to": target})
         assert torch.equal(model(x), ref)
-        assert [p.data_ptr() % 4096 for p in model.parameters()] == before
+        # same alignment, same offsets in a storage of the same size, still one storage
+        assert geometry() == before
+
+
+def test_a_thread_inside_the_model_reaching_for_it_during_a_drain_goes_on(env):
+    """The compile-start callback or torch.jit.script may bring a model back
+    from inside its own forward: that thread must not wait for the unload
+    that is waiting for it, and the unload must still wait for the forward."""
+    model = frozen(Net())
+    [mid] = env.track(model)
+    g = env.tracker.guard(model)
+    inside, reached, release = threading.Event(), threading.Event(), threading.Event()
+
+    class Probe(nn.Module):
+        def forward(self, t):
+            if threading.current_thread() is not threading.main_thread():
+                inside.set()
+                while g.state != "unloading":
+                    time.sleep(0.01)
+                g.make_resident("compile")  # returns at once: the weights are home
+                reached.set()
+                release.wait(10)
+            return t
+
+    model.enc.append(Probe())
+    t = threading.Thread(target=model, args=(torch.randn(2, 16),))
+    t.start()
+    inside.wait(10)
+    results = []
+    u = threading.Thread(target=lambda: results.append(
+        env.manager.handle_unload({"model": mid, "to": "disk"})))
+    u.start()
+    assert reached.wait(5)
+    time.sleep(0.2)
+    assert not results and g.state == "unloading"  # still waiting for the forward
+    release.set()
+    t.join(10)
+    u.join(10)
+    assert results and results[0]["ok"]
+
+
+def test_an_autograd_forward_is_evidence_until_the_window_ends(env, monkeypatch):
+    monkeypatch.setattr(eligibility, "on_gpu", lambda m, g: True)
+    model = Net().eval()  # parameters require grad
+    [mid] = env.track(model)
+    out = model(torch.randn(2, 16))  # its graph could still be backwarded
+    g = env.tracker.guard(model)
+    assert env.manager.blocker(model, g).startswith("forward with autograd")
+    with pytest.raises(ActionError, match="forward with autograd"):
+        env.manager.handle_unload({"model": mid, "reason": "pressure"})
+    monkeypatch.setattr(eligibility, "TRAINING_WINDOW_S", 0.0)
+    time.sleep(0.01)
+    assert env.manager.blocker(model, g) is None
+    del out
+
+
+def test_refreshes_from_two_threads_never_give_two_models_one_id(env):
+    mods = [frozen(nn.Linear(2, 2)) for _ in range(40)]
+    tracker = env.tracker
+    tracker.use_torch(torch)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for m in mods:
+            tracker.add(m)
+        threads = [threading.Thread(target=tracker.refresh, args=(torch,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(old)
+    ids = [tracker.model_id(m) for m in mods]
+    assert None not in ids and len(set(ids)) == len(ids)
+
+
+def test_a_restarted_agent_keeps_an_offloaded_models_guard(env):
+    model = frozen(Net())
+    [mid] = env.track(model)
+    x = torch.randn(2, 16)
+    ref = model(x)
+    env.manager.handle_unload({"model": mid, "to": "disk"})
+    env.tracker.release()  # the agent stops: the offloaded model keeps its guard
+    fresh = models.ModelTracker()
+    fresh.hooks = True
+    attach(fresh, model)
+    assert fresh.guard(model) is env.tracker.guard(model)
+    assert fresh.guard(model).state == "offloaded"
+    assert torch.equal(model(x), ref)

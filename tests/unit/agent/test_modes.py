@@ -58,7 +58,9 @@ def setup(tmp_path, monkeypatch):
 
 
 def unload(mgr, mid):
-    ev = mgr.handle_unload({"model": mid, "to": "disk"})
+    # force: these tests call the model with autograd on, which is training
+    # evidence; what they check is the reload
+    ev = mgr.handle_unload({"model": mid, "to": "disk", "force": True})
     assert ev["ok"] and ev["state"] == "offloaded"
 
 

@@ -263,6 +263,8 @@ def test_idle_texts_use_the_agents_idle_clock():
      True),
     ("used through torch.compile: its compiled code holds the weights where they are", False),
     ("pinned", False), (None, False), ("", False),
+    ("forward with autograd 2 min ago", True), ("CUDA graph", False),
+    ("captured into a CUDA graph: its replays read the weights at their addresses", False),
 ])
 def test_only_training_evidence_is_overridable(reason, force):
     from app.ui.model_actions import overridable

@@ -47,12 +47,15 @@ def run(ctx) -> None:
     ctx.record("backward hook saw", seen)
     model.zero_grad(set_to_none=True)
 
-    ctx.step("idle before no_grad", unload=["MLP"], expect="unloaded")
+    # a backward went through the model: training evidence, so only a forced
+    # unload goes through
+    ctx.step("idle before no_grad", unload=["MLP"], expect="refused")
+    ctx.step("idle before no_grad, forced", unload=["MLP"], expect="unloaded", force=True)
     with torch.no_grad():
         ctx.record("no_grad after the pause", model(x))
     ctx.record("calls so far", list(calls))
 
-    ctx.step("idle before backward", unload=["MLP"], expect="unloaded")
+    ctx.step("idle before backward", unload=["MLP"], expect="unloaded", force=True)
     inp = x.clone().requires_grad_()
     out = model(inp)
     out.sum().backward()
@@ -64,7 +67,7 @@ def run(ctx) -> None:
 
     for handle in handles:
         handle.remove()
-    ctx.step("hooks removed", unload=["MLP"], expect="unloaded")
+    ctx.step("hooks removed", unload=["MLP"], expect="unloaded", force=True)
     with torch.no_grad():
         ctx.record("without hooks", model(x))
     ctx.record("calls", calls)
