@@ -15,24 +15,29 @@ Unload (``unload {model, to, force, reason}``)
 
     Default target: "cpu" when a tensor is on CUDA, else "disk" (the only way
     to free host RAM for a CPU model).  ``storage`` does the copies.  The
-    order makes it safe against the user's threads: UNLOADING first (new
-    calls wait), in-flight forwards drain, the bytes are copied, the modules'
-    weight dicts become ``OffloadedDict`` (a read waits for, then undoes, the
-    unload), each tensor's ``.data`` becomes its copy (Parameter identity is
-    kept, so optimizers and user references stay valid), then OFFLOADED.
-    Any failure undoes every step: the model stays resident and bit-identical.
-    The old storages are dropped; for CUDA ``empty_cache()`` per affected
-    device (selected explicitly) and ``bytes_released`` = reserved before -
-    after (for a disk unload of CPU tensors: the process RSS drop).
+    order, against the user's threads: UNLOADING first (new calls wait in
+    the hook), running calls leave the model (read from the stacks), the
+    modules' weight dicts become ``OffloadedDict`` (from then on a read waits
+    for the unload, then undoes it), the tensors are planned and their bytes
+    copied, a tensor replaced meanwhile through a reference held outside the
+    model refuses the unload, each tensor's ``.data`` becomes its copy
+    (Parameter identity is kept, so optimizers and user references stay
+    valid), then OFFLOADED.  A write through such a held reference while the
+    bytes are copied is the one thing no step can see.  Any failure undoes
+    every step: the model stays resident and bit-identical.  The old storages
+    are dropped; for CUDA ``empty_cache()`` per affected device (selected
+    explicitly) and ``bytes_released`` = reserved before - after (for a disk
+    unload of CPU tensors: the process RSS drop, at most the bytes moved).
 
     Optimizer state (Adam's exp_avg, ...) is NOT moved: it stays where it is.
     Gradients are moved with their parameters and restored on reload.
 
-Reload (``reload {model}``, the next call of the model or of a direct part,
-any read of its weights, torch.compile starting, torch.jit.script)
-    Every storage goes back to its original device, with whatever was written
-    into the offloaded copy meanwhile; a tensor the user replaced keeps the
-    user's value.  All tensor work runs with the caller's modes suspended
+Reload (``reload {model}``, the next call of the model or of a composite
+direct part, any read of its weights, dynamo starting to compile anything,
+torch.jit.script of it)
+    Every storage comes back as it was (size, offsets, alignment) on its
+    original device, with whatever was written into the offloaded copy
+    meanwhile; a tensor the user replaced keeps the user's value.  All tensor work runs with the caller's modes suspended
     (``modes``): weights come back as ordinary tensors, exactly as they were,
     whether the call ran under inference_mode, autocast, a default device or
     a torch.func transform.
