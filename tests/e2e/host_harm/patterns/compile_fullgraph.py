@@ -15,16 +15,4 @@ def run(ctx) -> None:
 
     ctx.step("before compiling", unload=["MLP"], expect="unloaded")
     compiled = torch.compile(model, fullgraph=True)
-    with torch.no_grad():
-        ctx.record("compiled", compiled(x))
-        ctx.record("compiled, other input", compiled(x + 1))
-    out = compiled(x)
-    out.pow(2).sum().backward()
-    ctx.record("compiled with grad", out)
-    ctx.record("grads", {n: p.grad for n, p in model.named_parameters()})
-    model.zero_grad(set_to_none=True)
-
-    ctx.step("after compiled calls", unload=["MLP"], expect="refused")
-    with torch.no_grad():
-        ctx.record("compiled after the pause", compiled(x))
-        ctx.record("eager after the pause", model(x))
+    zoo.use_compiled(ctx, model, compiled, x)

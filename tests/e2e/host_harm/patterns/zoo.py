@@ -53,3 +53,23 @@ def loaded_mlp(ctx) -> tuple[MLP, torch.Tensor]:
     with torch.no_grad():
         ctx.record("eager", model(x))
     return model, x
+
+
+def use_compiled(ctx, model: MLP, compiled, x: torch.Tensor) -> None:
+    """What the compile patterns do with their compiled callable: no-grad and
+    grad calls (each compiles for its own mode), a backward, then a pause
+    after which the agent must refuse to move the weights."""
+    with torch.no_grad():
+        ctx.record("compiled", compiled(x))
+        ctx.record("compiled, other input", compiled(x + 1))
+    out = compiled(x)
+    out.pow(2).sum().backward()
+    ctx.record("compiled with grad", out)
+    ctx.record("grads", {n: p.grad for n, p in model.named_parameters()})
+    model.zero_grad(set_to_none=True)
+
+    ctx.step("after compiled calls", unload=["MLP"], expect="refused")
+    with torch.no_grad():
+        ctx.record("compiled after the pause", compiled(x))
+        ctx.record("eager after the pause", model(x))
+        ctx.record("a submodule directly", model.fc1(x))
