@@ -1,8 +1,9 @@
 """``torch.compile(model, fullgraph=True)``: one graph (a graph break is an error).
 
-The model may be unloaded right before it is compiled, and after compiled
-calls (it is still the model the user built, wrapped by an
-``OptimizedModule``); grad and no-grad calls compile for their own mode.
+The model is unloaded right before it is compiled (compiling brings it
+back); after compiled calls the agent refuses to move it (the compiled code
+holds its weights).  It stays the model the user built, wrapped by an
+``OptimizedModule``; grad and no-grad calls compile for their own mode.
 """
 
 import torch

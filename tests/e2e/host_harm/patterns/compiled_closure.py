@@ -1,7 +1,7 @@
 """``torch.compile`` of a function that closes over a model (invisible to the agent).
 
-The model is the root; it may be unloaded before the first compiled call and
-after compiled calls, and the compiled function must keep computing with the
+The model is the root; it is unloaded before the first compiled call (compiling brings it
+back) and refused after compiled calls, and the compiled function must keep computing with the
 model's true weights.
 """
 

@@ -1,7 +1,8 @@
 """``torch.export.export(model, (x,))``, the exported program's module, then eager again.
 
 The graph the exporter produced is recorded too: nothing of the agent may
-end up in it.  The model may be unloaded before exporting and afterwards.
+end up in it.  The model is unloaded before exporting; afterwards the agent refuses to
+move it (the exported program holds its weights).
 """
 
 import torch

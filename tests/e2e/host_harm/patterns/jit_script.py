@@ -1,8 +1,9 @@
 """``torch.jit.script(model)``: the scripted module, its code, a save/load round trip.
 
 Scripting compiles the module's hooks too, so anything the agent adds to the
-module must stay out of TorchScript's way.  The model may be unloaded before
-scripting and after scripted calls.
+module must stay out of TorchScript's way.  The model is unloaded before
+scripting; afterwards the agent refuses to move it (the script module
+holds its weights).
 """
 
 import io

@@ -1,8 +1,9 @@
 """``torch.jit.trace(model, x)``: the traced module, its code, a save/load round trip.
 
 The tracer runs the model's forward (with whatever hooks it carries) and
-checks the trace by running it again.  The model may be unloaded before
-tracing and after traced calls.
+checks the trace by running it again.  The model is unloaded before
+tracing; afterwards the agent refuses to move it (the traced module holds
+its weights).
 """
 
 import io

@@ -1,7 +1,7 @@
 """``model.compile()``: the module compiles its own forward in place.
 
-The model stays the root the agent sees (no wrapper), so it may be unloaded
-before compiling and after compiled calls.
+The model is unloaded before compiling; after compiled calls the agent
+refuses to move it (the compiled code holds its weights).
 """
 
 import zoo
