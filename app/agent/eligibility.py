@@ -31,7 +31,6 @@ parts, or, before any, from when the agent first saw it.
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
 from typing import Any
@@ -55,9 +54,10 @@ REFUSALS = {
                   "addresses",
     "torch.func": "held by a torch.func transform",
     "torch internals": "held by torch's own machinery",
-    "no agent hooks": "the agent has no hooks on it (hooks are off: VRAM_STEWARD_LAST_USED=0 "
-                      "or start(last_used=False), or it was built inside another model "
-                      "that is gone)",
+    "no agent hooks": "the agent has no hook on it: hooks are off (VRAM_STEWARD_LAST_USED=0 "
+                      "or start(last_used=False)), it was built before the agent started "
+                      "and already had forward pre-hooks of its own, or it was built inside "
+                      "another model that is gone",
 }
 
 
@@ -77,7 +77,6 @@ class OptimizerSteps:
     def __init__(self) -> None:
         self._stepped: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._params: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
         self.compiling: Any = None
 
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

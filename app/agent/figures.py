@@ -115,6 +115,9 @@ def model_figures(root: Any) -> dict[str, Any]:
                 if t is None or id(t) in ids:
                     continue
                 ids.add(id(t))
+                if type(t).__name__.startswith("Uninitialized"):  # LazyLinear before its call
+                    unmovable = unmovable or "uninitialized (lazy) parameters"
+                    continue
                 key = _memory_key(t)
                 if key in seen:
                     continue
@@ -156,6 +159,8 @@ def model_figures(root: Any) -> dict[str, Any]:
 def why_unmovable(t: Any) -> str | None:
     """Why the manager could not move this tensor, None if it can."""
     try:
+        if type(t).__name__.startswith("Uninitialized"):
+            return "uninitialized (lazy) parameters"
         if str(t.layout) != "torch.strided" or getattr(t, "is_quantized", False):
             return "sparse or quantized tensors"
         data = t.data

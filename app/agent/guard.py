@@ -51,8 +51,6 @@ UNLOADING = "unloading"
 OFFLOADED = "offloaded"
 RELOADING = "reloading"
 
-#: The frames of a Module call (``model(x)`` -> ``_wrapped_call_impl`` -> ``_call_impl``).
-CALL_FRAMES = ("_call_impl",)
 MAX_STACK_DEPTH = 4000
 IDLE_POLL_S = 0.02
 
@@ -114,19 +112,24 @@ class ModelGuard:
         last = self.cell[0]
         return self.first_seen if last is None else last
 
-    def ensure_resident(self, reason: str, calls: int = 1) -> bool:
+    def ensure_resident(self, reason: str, own_call: bool = False,
+                        part: bool = False) -> bool:
         """Call with ``lock`` held; returns with it held and the model resident,
-        or with the weights still in place for a thread the unload waits for.
+        or with the weights still in place for a call the unload waits for.
 
         Returns True when this call performed the reload.  Only one thread
         reloads; the others wait.  Raises ReloadFailed when the reload failed.
-        A thread already inside the model (``calls`` of its own Module calls
-        into it: 2 from the hook of a call, whose own call is one) goes on
-        while an unload waits for calls to leave: the weights have not moved
-        yet, and the unload goes on waiting for that thread.
+
+        While an unload waits for the model's calls to leave (``draining``)
+        the weights have not moved yet, and a call goes on (the unload then
+        waits for it too) when this thread is already running code of the
+        model (``own_call``: the hook of a call, whose own frames do not
+        count), or when it is a call of a part (``part``: a forward may run
+        its parts on worker threads, which must not wait for the very forward
+        they serve).
         """
         did = False
-        inside = None
+        goes_on = None
         while self.state is not RESIDENT:
             if self.state is OFFLOADED:
                 reloader = self.reloader
@@ -142,10 +145,12 @@ class ModelGuard:
                 except BaseException:  # KeyboardInterrupt: never leave RELOADING behind
                     self.lock.acquire()
                     self.state = OFFLOADED
+                    self.transition = None
                     self.cond.notify_all()
                     raise
                 self.lock.acquire()
                 self.state = RESIDENT if error is None else OFFLOADED
+                self.transition = None
                 self.cond.notify_all()
                 if error is not None:
                     raise ReloadFailed("vram-steward: reloading model %s failed (%s); the model "
@@ -153,9 +158,9 @@ class ModelGuard:
                 did = True
             else:
                 if self.state is UNLOADING and self.draining:
-                    if inside is None:
-                        inside = self.inside(calls)
-                    if inside:
+                    if goes_on is None:
+                        goes_on = part or self.inside(own_call)
+                    if goes_on:
                         return did
                 tid = _get_ident()
                 self.waiters.add(tid)
@@ -179,34 +184,48 @@ class ModelGuard:
         except ReloadFailed as exc:
             raise RuntimeError(str(exc)) from None
 
-    def running_threads(self) -> list[int]:
-        """Threads (other than this one) inside a call of the model or of any
-        module below it, not counting those waiting in its hook for an unload
-        to end.  Walks every thread's stack: for the unload path and a model
-        the idle timer is about to unload, never per call."""
+    def _ids(self) -> set | None:
         module = self.module_ref()
-        if module is None:
+        return None if module is None else {id(m) for m in _fig.subtree(module)}
+
+    def running_threads(self) -> list[int]:
+        """Threads (other than this one) running code of the model: a call of
+        it or of any module below it, or any method of theirs (``vae.decode``,
+        ``clip.encode_text``), not counting those waiting in its hook for an
+        unload to end.  Walks every thread's stack: for the unload path and a
+        model the idle timer is about to unload, never per call."""
+        ids = self._ids()
+        if ids is None:
             return []
-        ids = {id(m) for m in _fig.subtree(module)}
         skip = set(self.waiters)
         skip.add(_get_ident())
         frames = sys._current_frames()
         try:
             return [tid for tid, frame in frames.items()
-                    if tid not in skip and _calls_into(frame, ids, 1)]
+                    if tid not in skip and _runs(frame, ids)]
         finally:
             del frames
 
-    def inside(self, calls: int = 1) -> bool:
-        """Does this thread's stack hold ``calls`` Module calls into the model?"""
-        module = self.module_ref()
-        if module is None:
+    def inside(self, own_call: bool = False) -> bool:
+        """Is this thread running code of the model?  ``own_call``: called
+        from the hook of a call of it, whose own frames do not count."""
+        ids = self._ids()
+        if ids is None:
             return False
-        return _calls_into(sys._getframe(1), {id(m) for m in _fig.subtree(module)}, calls)
+        frame = sys._getframe(1)
+        if own_call:
+            while frame is not None and frame.f_code.co_name != "_call_impl":
+                frame = frame.f_back
+            if frame is not None:
+                frame = frame.f_back
+            if frame is not None and frame.f_code.co_name == "_wrapped_call_impl":
+                frame = frame.f_back
+        return _runs(frame, ids)
 
     def wait_idle(self, timeout: float) -> bool:
         """Lock held, state UNLOADING (new calls wait in the hook, a thread
-        already inside goes on): wait until no thread is inside; False on timeout."""
+        already inside goes on): wait until no thread runs code of the model;
+        False on timeout."""
         deadline = time.monotonic() + timeout
         self.draining = True
         try:
@@ -220,20 +239,19 @@ class ModelGuard:
             self.draining = False
 
 
-def _calls_into(frame: Any, ids: set, needed: int) -> bool:
-    """Does the stack from ``frame`` hold ``needed`` Module calls of ``ids``?"""
-    found = 0
+def _runs(frame: Any, ids: set) -> bool:
+    """Does the stack from ``frame`` run a method of a module in ``ids``
+    (``Module._call_impl``, ``forward``, any method taking ``self``)?"""
     depth = 0
     while frame is not None and depth < MAX_STACK_DEPTH:
-        if frame.f_code.co_name in CALL_FRAMES:
+        code = frame.f_code
+        if code.co_argcount and code.co_varnames[0] == "self":
             try:
                 this = frame.f_locals.get("self")
             except Exception:
                 return True  # cannot tell: assume it is running
             if id(this) in ids:
-                found += 1
-                if found >= needed:
-                    return True
+                return True
         frame = frame.f_back
         depth += 1
     return False
@@ -250,13 +268,15 @@ class Slot:
     (a deep copy), once.
     """
 
-    __slots__ = ("guard", "used", "seen", "traced", "captured", "announce", "handle",
-                 "__weakref__")
+    __slots__ = ("guard", "part", "used", "seen", "grad_seen", "traced", "captured",
+                 "announce", "handle", "__weakref__")
 
     def __init__(self, announce: Callable[[Any], None] | None = None) -> None:
         self.guard: ModelGuard | None = None
+        self.part = False  # the hook of a direct part of the model, not of the model itself
         self.used = False
         self.seen: float | None = None
+        self.grad_seen: float | None = None  # a call with autograd on before a guard existed
         self.traced = False  # called while torch.jit.trace was recording
         self.captured = False  # called while a CUDA graph was being captured
         self.announce = announce
@@ -309,13 +329,15 @@ class _PreHook:
                 return None
             slot = self.slot
             checks = self.checks
-            if checks.tracing is not None and checks.tracing():
+            if _check(checks.tracing):
                 slot.traced = True  # its weights now live on in a traced ScriptModule
-            if checks.capturing is not None and checks.capturing():
+            if _check(checks.capturing):
                 slot.captured = True
             g = slot.guard
             if g is None:
                 slot.seen = _time()
+                if _check(checks.grad_enabled):
+                    slot.grad_seen = slot.seen
                 if not slot.used:
                     slot.used = True
                     announce = slot.announce
@@ -324,11 +346,10 @@ class _PreHook:
                 return None
             if g.state is not RESIDENT:
                 with g.lock:
-                    g.ensure_resident("forward", calls=2)
+                    g.ensure_resident("forward", own_call=True, part=slot.part)
             now = _time()
             g.cell[0] = now
-            grad = checks.grad_enabled
-            if grad is not None and grad():
+            if _check(checks.grad_enabled):
                 g.grad_call = now  # autograd may keep the weights for a backward
             if not slot.used:
                 slot.used = True
@@ -337,6 +358,17 @@ class _PreHook:
         except Exception:
             pass
         return None
+
+
+def _check(fn: Any) -> bool:
+    """One of torch's checks; a check that fails counts as False (it must
+    never keep the hook from reloading the model)."""
+    if fn is None:
+        return False
+    try:
+        return bool(fn())
+    except Exception:
+        return False
 
 
 def slot_of(module: Any) -> Slot | None:
@@ -439,6 +471,10 @@ def _reinit_after_fork() -> None:
                     g.state = transition.undo_in_child()
                 except BaseException:
                     pass
+            elif g.state is UNLOADING:
+                g.state = RESIDENT  # the unload had not begun to move anything
+            elif g.state is RELOADING:
+                g.state = OFFLOADED  # nor had the reload
     except BaseException:
         pass
 

@@ -10,8 +10,8 @@ Unload (``unload {model, to, force, reason}``)
     ``eligibility`` names: a blocker (compiled / exported / traced, shared
     tensors, meta placeholders, unmovable tensors, no hooks) whatever
     ``force`` says; training evidence unless ``force`` (manual only); pinned
-    for automatic reasons ("idle", "pressure"); a forward that does not end
-    within 5 s; parameters swapped by ``torch.func.functional_call``.
+    for automatic reasons ("idle", "pressure"); a call or method of the model
+    (``generate``, ``encode_text``) that does not end within 5 s; parameters swapped by ``torch.func.functional_call``.
 
     Default target: "cpu" when a tensor is on CUDA, else "disk" (the only way
     to free host RAM for a CPU model).  ``storage`` does the copies.  The
@@ -25,7 +25,8 @@ Unload (``unload {model, to, force, reason}``)
     valid), then OFFLOADED.  A write through such a held reference while the
     bytes are copied is the one thing no step can see.  Any failure undoes
     every step: the model stays resident and bit-identical.  The old storages
-    are dropped; for CUDA ``empty_cache()`` per affected device (selected
+    are dropped after ``RETIRE_S`` (an op another thread began on a weight it
+    holds may still be reading them; calls of the model wait meanwhile); for CUDA ``empty_cache()`` per affected device (selected
     explicitly) and ``bytes_released`` = reserved before - after (for a disk
     unload of CPU tensors: the process RSS drop, at most the bytes moved).
 
@@ -37,18 +38,22 @@ direct part, any read of its weights, dynamo starting to compile anything,
 torch.jit.script of it)
     Every storage comes back as it was (size, offsets, alignment) on its
     original device, with whatever was written into the offloaded copy
-    meanwhile; a tensor the user replaced keeps the user's value.  All tensor work runs with the caller's modes suspended
-    (``modes``): weights come back as ordinary tensors, exactly as they were,
-    whether the call ran under inference_mode, autocast, a default device or
-    a torch.func transform.
+    meanwhile; a tensor the user replaced keeps the user's value.  All
+    tensor work runs with the caller's modes suspended (``modes``): weights
+    come back as ordinary tensors, exactly as they were, whether the call ran
+    under inference_mode, autocast, a default device or a torch.func
+    transform.  The offloaded copies are dropped by the tick,
+    ``RETIRE_S`` later.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 from . import eligibility, modes, protocol, requests, storage
@@ -61,6 +66,10 @@ from .idle_policy import IdlePolicy
 FORWARD_WAIT_S = 5.0
 EVENTS_KEPT = 64
 GRAD_CHECK_S = 2.0
+#: Storages a move replaced are kept this long before they are dropped.
+RETIRE_S = 0.25
+
+_MANAGERS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _torch() -> Any:
@@ -76,14 +85,17 @@ class _Transition:
     (the moving thread does not exist there) the model goes back to where the
     move started from."""
 
-    __slots__ = ("rec", "unloading", "swaps")
+    __slots__ = ("rec", "unloading", "swaps", "done")
 
     def __init__(self, rec: "storage.Offload", unloading: bool) -> None:
         self.rec = rec
         self.unloading = unloading
         self.swaps: list = []  # (tensor, its data before) as the move swaps them
+        self.done = False  # every tensor is where the move takes it
 
     def undo_in_child(self) -> str:
+        if self.done:  # the weights are where the move took them
+            return _guard.OFFLOADED if self.unloading else _guard.RESIDENT
         storage.undo(self.swaps)
         if self.unloading:
             storage.restore_dicts(self.rec)
@@ -105,7 +117,16 @@ class Manager:
         self._op_lock = threading.RLock()
         self._last: dict[str, dict] = {}
         self._next_grad_check = 0.0
+        self._retired: list = []  # (monotonic, old tensors, pinned) kept for RETIRE_S
+        self._retired_lock = threading.Lock()
         self.idle = IdlePolicy(self)
+        tracker.on_adopt = self._adopt
+        _MANAGERS.add(self)
+
+    def _adopt(self, g: Any) -> None:
+        """A guard a stopped agent made: an offloaded model reloads through us."""
+        if g.offload is not None:
+            g.reloader = self._reload_work
 
     @property
     def idle_unload_s(self) -> float | None:
@@ -261,24 +282,36 @@ class Manager:
                     g.model_id, g.state, " to %s" % g.target if g.target else ""))
             figures = _fig.model_figures(module)  # fresh: this decides
             self._refuse_if_blocked(module, g, figures, force, automatic)
+            rec = storage.Offload(reason)
             with g.lock:
                 if g.state is not _guard.RESIDENT:
                     raise ActionError(protocol.REFUSED, "model %s is %s" % (g.model_id, g.state))
                 # UNLOADING first: new calls wait (they reload afterwards) while
                 # the ones running finish; refused if they do not within wait_s.
                 g.state = _guard.UNLOADING
+                g.transition = _Transition(rec, unloading=True)
                 if not g.wait_idle(wait_s):
+                    g.transition = None
                     g.state = _guard.RESIDENT
                     g.cond.notify_all()
                     raise ActionError(protocol.REFUSED, "a forward is running (waited %.1f s)"
                                       % wait_s)
+            # A call that was running may have compiled, traced or captured it.
+            blocker = eligibility.unload_blocker(module, g, self.tracker,
+                                                 _fig.model_figures(module))
+            if blocker is not None:
+                self._back_to_resident(g)
+                raise ActionError(protocol.REFUSED, eligibility.refusal(blocker))
             # From here on a read of the weights waits for the unload, then
             # brings the model back: planned, copied and swapped, nothing moves
             # under the user's feet.
-            rec = storage.Offload(reason)
             modules = _fig.subtree(module)
+            try:
+                storage.check_dicts(modules)
+            except BaseException:
+                self._back_to_resident(g)
+                raise
             storage.swap_in_dicts(modules, g, rec)
-            g.transition = _Transition(rec, unloading=True)
             try:
                 self._plan(torch, module, modules, rec, to)
             except BaseException:
@@ -373,19 +406,25 @@ class Manager:
                 raise ActionError(protocol.FAILED, "unload failed and was rolled back (the model "
                                   "is resident and unchanged): %s" % error) from None
             raise
-        del swaps
+        with g.lock:
+            g.offload = rec
+            g.target = to
+            g.reloader = self._reload_work
+            g.transition.done = True
+        # The old storages go only after a grace: an op another thread started
+        # on a weight it holds (outside any call of the model) may still read
+        # them.  Calls keep waiting meanwhile.
+        time.sleep(RETIRE_S)
+        swaps.clear()
         host_bytes = sum(gr.span for gr in rec.moving if not storage.is_cuda(gr.device))
         released = self._release(torch, cuda_idx, reserved_before, rss_before, host_bytes)
         seconds = time.perf_counter() - t0
         self.tracker.invalidate(module)
         with g.lock:
-            g.offload = rec
-            g.target = to
-            g.reloader = self._reload_work
-            g.transition = None
-            # the event is recorded before a waiting forward can reload (seq order)
+            # the event is recorded before a waiting call can reload (seq order)
             event = self._event(g, module, "unload", _guard.OFFLOADED, to, rec.bytes_moved,
                                 released, seconds, reason, True, None)
+            g.transition = None
             g.state = _guard.OFFLOADED
             g.cond.notify_all()
         _log.log("unloaded %s to %s: %d bytes in %.3f s (%s)"
@@ -446,9 +485,13 @@ class Manager:
             if not isinstance(exc, Exception):
                 raise
             return error
-        del swaps
         storage.restore_dicts(rec)
-        g.transition = None
+        transition.done = True
+        # The offloaded copies go only after a grace (see RETIRE_S): the tick
+        # drops them.
+        with self._retired_lock:
+            self._retired.append((time.monotonic(), swaps, rec.target == "cpu"))
+        del swaps
         for gr in rec.moving:
             gr.copy = None
             gr.mapped = None
@@ -467,7 +510,20 @@ class Manager:
         return None
 
     # -- agent tick -----------------------------------------------------------------
+    def _drop_retired(self) -> None:
+        cutoff = time.monotonic() - RETIRE_S
+        with self._retired_lock:
+            old = [r for r in self._retired if r[0] <= cutoff]
+            self._retired = [r for r in self._retired if r[0] > cutoff]
+        if old:
+            pinned = any(r[2] for r in old)
+            del old
+            torch = _torch()
+            if pinned and torch is not None:
+                storage.host_empty_cache(torch)
+
     def tick(self) -> None:
+        self._drop_retired()
         now = time.time()
         if now >= self._next_grad_check:
             self._next_grad_check = now + GRAD_CHECK_S
@@ -477,3 +533,20 @@ class Manager:
                         eligibility.has_grad(module):
                     g.grad_seen = now
         self.idle.tick()
+
+
+def _reinit_after_fork() -> None:
+    # Locks another thread held at fork time would stay held in the child.
+    try:
+        for m in list(_MANAGERS):
+            m._ev_lock = threading.Lock()
+            m._op_lock = threading.RLock()
+            m._retired_lock = threading.Lock()
+    except BaseException:
+        pass
+
+
+try:
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+except Exception:  # pragma: no cover
+    pass

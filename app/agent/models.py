@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -39,6 +40,7 @@ RESCAN_NO_HOOKS_S = 10.0
 
 _ACTIVE: "ModelTracker | None" = None  # the tracker the global hooks feed
 _GLOBAL_HOOKS_INSTALLED = False
+_TRACKERS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _on_parameter(module: Any, name: Any, value: Any) -> None:
@@ -123,7 +125,8 @@ def tracing_fn(torch: Any) -> Any:
 def capturing_fn(torch: Any) -> Any:
     """torch's "is a CUDA graph being captured?" check, or None (a CPU build).
     It returns False without creating a CUDA context where none exists."""
-    if getattr(getattr(torch, "version", None), "cuda", None) is None:
+    version = getattr(torch, "version", None)
+    if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
         return None
     fn = getattr(getattr(torch, "_C", None), "_cuda_isCurrentStreamCapturing", None)
     return fn if callable(fn) else None
@@ -160,6 +163,9 @@ class ModelTracker:
         self.hooks = False  # the global registration hooks feed this tracker
         self.placement = _placement.Placement(self.add, _never, None, self.guard)
         self.placement.enabled = last_used
+        #: called with a guard a stopped agent made, when this tracker takes it over
+        self.on_adopt: Any = None
+        _TRACKERS.add(self)
 
     @property
     def last_used_enabled(self) -> bool:
@@ -278,17 +284,22 @@ class ModelTracker:
                 if old is not None and old.module_ref() is m:
                     g = old  # a stopped agent's guard: the model may be offloaded under it
                     g.model_id = self._ids.get(m)
+                    if self.on_adopt is not None:
+                        self.on_adopt(g)
                 else:
                     g = _guard.ModelGuard(m, self._ids.get(m), self._first_seen.get(m))
-                    if slot is not None and slot.seen is not None:
-                        g.cell[0] = slot.seen  # called before the agent listed it
+                    if slot is not None:  # called before the agent listed it
+                        g.cell[0] = slot.seen
+                        g.grad_call = slot.grad_seen
                 self._guards[m] = g
             if slot is not None:
+                slot.part = False
                 slot.guard = g
                 bound[id(slot)] = slot
             for part in _fig.children(m):
                 ps = _guard.slot_of(part) if part is not None else None
                 if ps is not None and id(ps) not in bound:
+                    ps.part = True
                     ps.guard = g
                     bound[id(ps)] = ps
         for slot in list(self._bound):
@@ -413,3 +424,19 @@ class ModelTracker:
             except Exception as exc:
                 errors.append("model figures failed: %r" % (exc,))
         return out
+
+
+def _reinit_after_fork() -> None:
+    # Locks another thread held at fork time would stay held in the child.
+    try:
+        for t in list(_TRACKERS):
+            t._lock = threading.Lock()
+            t._refresh_lock = threading.Lock()
+    except BaseException:
+        pass
+
+
+try:
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+except Exception:  # pragma: no cover
+    pass

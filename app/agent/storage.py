@@ -33,6 +33,7 @@ import copy as _copy
 import os
 import sys
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 from . import log as _log
@@ -79,7 +80,7 @@ class View:
         self.stride = tuple(tensor.stride())
         self.esize = int(tensor.element_size())
         self.rel = rel  # byte offset from the group's start (a multiple of esize)
-        self.home_ptr = storage_ptr(tensor)  # its storage when planned
+        self.home_ptr = home_key(tensor)  # what it viewed when planned
         self.placed = 0  # data_ptr of the storage the offloaded tensor views
 
 
@@ -94,8 +95,8 @@ class Group:
     much larger than what the model covers comes back as the covered bytes
     only, still at the same alignment."""
 
-    __slots__ = ("device", "start", "span", "nbytes", "residue", "views", "copy", "mapped",
-                 "items")
+    __slots__ = ("device", "start", "span", "nbytes", "residue", "shared", "pinned", "views",
+                 "copy", "mapped", "items")
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -103,6 +104,8 @@ class Group:
         self.span = 0  # covered bytes
         self.nbytes = 0  # the storage's size
         self.residue = 0  # the storage's address modulo ALIGN
+        self.shared = False  # in shared memory (``share_memory()``, for torch.multiprocessing)
+        self.pinned = False  # page-locked host memory
         self.views: list = []
         self.copy: Any = None  # host buffer (cpu target)
         self.mapped: Any = None  # disk: private (copy-on-write) mapping of its own file
@@ -173,18 +176,45 @@ def plan(torch: Any, tensors: list) -> list:
         end = max(off + ext for _, off, ext in g.items)
         g.start, g.span = start, max(0, end - start)
         first = g.items[0][0]
-        g.nbytes = int(first.untyped_storage().nbytes()) if g.span else 0
+        st = first.untyped_storage()
+        g.nbytes = int(st.nbytes()) if g.span else 0
         g.residue = storage_ptr(first) % ALIGN if g.span else 0
+        g.shared = bool(g.span) and not is_cuda(g.device) and _flag(st.is_shared)
+        g.pinned = bool(g.span) and not is_cuda(g.device) and _flag(st.is_pinned)
         g.views = [View(t, off - start) for t, off, _ in g.items]
         g.items = []
         out.append(g)
     return out
 
 
+def _flag(fn: Any) -> bool:
+    try:
+        return bool(fn())
+    except Exception:
+        return False
+
+
+def home_key(tensor: Any) -> tuple:
+    """What a tensor views: storage, offset, shape, strides, dtype."""
+    return (storage_ptr(tensor), int(tensor.storage_offset()), tuple(tensor.size()),
+            tuple(tensor.stride()), tensor.dtype)
+
+
 def unchanged(groups: list) -> bool:
-    """Do all planned tensors still view the storages they viewed when planned?
-    (False: the user replaced one meanwhile, through a reference of their own.)"""
-    return all(storage_ptr(v.tensor) == v.home_ptr for g in groups for v in g.views)
+    """Do all planned tensors still view what they viewed when planned?
+    (False: the user changed one meanwhile, through a reference of their own.)"""
+    return all(home_key(v.tensor) == v.home_ptr for g in groups for v in g.views)
+
+
+def check_dicts(modules: list) -> None:
+    """Refuse where a module's weight dict is not a plain dict or OrderedDict:
+    a read of it could not bring the model back."""
+    for m in modules:
+        for attr in PARAM_DICTS:
+            d = m.__dict__.get(attr)
+            if d is not None and type(d) not in (dict, OrderedDict):
+                raise ActionError(protocol.REFUSED, "its %s is a %s, which the agent cannot "
+                                  "watch" % (attr, type(d).__name__))
 
 
 def check_not_reparametrized(torch: Any, modules: list) -> None:
@@ -406,23 +436,35 @@ def home_buffer(torch: Any, gr: Group) -> tuple[Any, int]:
     if not gr.span:
         return torch.empty(0, dtype=torch.uint8, device=gr.device), 0
     if gr.whole:
-        buf = aligned_empty(torch, gr.nbytes, gr.device, gr.residue)
+        buf = aligned_empty(torch, gr.nbytes, gr.device, gr.residue, gr.pinned)
         if gr.start:
             buf[:gr.start].zero_()
         if gr.start + gr.span < gr.nbytes:
             buf[gr.start + gr.span:].zero_()
-        return buf, gr.start
-    buf = torch.empty(gr.span + ALIGN, dtype=torch.uint8, device=gr.device)
-    return buf, (gr.residue + gr.start - storage_ptr(buf)) % ALIGN
+        base = gr.start
+    else:
+        buf = aligned_empty(torch, gr.span, gr.device, (gr.residue + gr.start) % ALIGN,
+                            gr.pinned)
+        base = 0
+    if gr.shared:
+        try:
+            buf.untyped_storage().share_memory_()
+        except Exception as exc:
+            _log.log("a reloaded storage could not go back to shared memory: %r" % (exc,))
+    return buf, base
 
 
-def aligned_empty(torch: Any, nbytes: int, device: Any, residue: int) -> Any:
+def aligned_empty(torch: Any, nbytes: int, device: Any, residue: int,
+                  pinned: bool = False) -> Any:
     """A byte tensor of exactly ``nbytes`` (its storage too) at an address of
     ``residue`` modulo ALIGN.  torch's allocators give ALIGN-aligned memory;
     another residue (a storage made from a Python buffer) needs a buffer of
-    our own on the CPU."""
-    buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    if residue == storage_ptr(buf) % ALIGN or is_cuda(device):
+    our own on the CPU (a GPU storage's address is the allocator's)."""
+    if pinned:
+        buf = host_buffer(torch, nbytes, pin=True)
+    else:
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if residue == storage_ptr(buf) % ALIGN or is_cuda(device) or pinned:
         return buf
     raw = bytearray(nbytes + ALIGN)
     addr = torch.frombuffer(raw, dtype=torch.uint8, count=1).data_ptr()
@@ -468,25 +510,34 @@ class OffloadedDict(dict):
     dicts.
     """
 
-    __slots__ = ("guard", "home")
+    __slots__ = ("guard_ref", "home")
 
     def __init__(self, home: dict, guard: Any) -> None:
         dict.__init__(self, home)
         self.home = home
-        self.guard = guard
+        self.guard_ref = weakref.ref(guard)  # the guard holds the record that holds us
 
     def _home(self) -> dict:
-        g = self.guard
+        g = self.guard_ref()
         if g is not None and g.state is not RESIDENT:
             g.make_resident("access")
         return self.home
 
-    # -- reads: the model comes back first
+    # -- reads: the model comes back first (names need no weights)
     def __getitem__(self, key: Any) -> Any:
         return self._home()[key]
 
     def __iter__(self) -> Any:
         return iter(self.home)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.home
+
+    def __len__(self) -> int:
+        return len(self.home)
+
+    def keys(self) -> Any:
+        return self.home.keys()
 
     def get(self, key: Any, default: Any = None) -> Any:
         return self._home().get(key, default)
@@ -571,7 +622,7 @@ def swap_in_dicts(modules: list, guard: Any, rec: Offload) -> None:
         ref = weakref.ref(m)  # never strong: the guard (in a dict keyed by the model) holds rec
         for attr in PARAM_DICTS:
             plain = d.get(attr)
-            if type(plain) is dict and plain:
+            if type(plain) in (dict, OrderedDict) and plain:
                 off = OffloadedDict(plain, guard)
                 d[attr] = off
                 rec.dicts.append((ref, attr, off))

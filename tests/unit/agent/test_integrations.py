@@ -37,7 +37,8 @@ def test_compiling_an_offloaded_model_brings_it_back_then_refuses_to_move_it(liv
     torch.manual_seed(0)
     model = Net().eval()
     x = torch.randn(3, 5)
-    ref = model(x)
+    with torch.no_grad():  # an eval model used for inference (autograd on is training evidence)
+        ref = model(x)
     mid = offloaded(live, model)
     if how == "torch.compile":
         fn = torch.compile(model, backend="eager")
@@ -76,7 +77,8 @@ def test_jit_script_lifts_the_same_hooks_and_puts_them_back(live):
 def test_jit_script_of_an_offloaded_model_scripts_its_real_weights(live):
     model = Net().eval()
     x = torch.randn(2, 5)
-    ref = model(x)
+    with torch.no_grad():
+        ref = model(x)
     offloaded(live, model)
     scripted = torch.jit.script(model)
     assert live.tracker.guard(model).state == "resident"

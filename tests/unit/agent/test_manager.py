@@ -720,7 +720,10 @@ def test_concurrent_callers_wait_for_one_reload(env, fake_cuda, monkeypatch):
     assert len(reloads) == 1 and reloads[0]["reason"] == "forward"
 
 
-def test_1000_unload_reload_cycles_racing_two_forward_threads(env, fake_cuda):
+def test_1000_unload_reload_cycles_racing_two_forward_threads(env, fake_cuda, monkeypatch):
+    # The retire grace guards weights read outside any call of the model;
+    # these threads only call it, and 1000 graces would take 250 s.
+    monkeypatch.setattr(mgr_mod, "RETIRE_S", 0.002)
     # Spinning forward threads hold the GIL for whole switch intervals (5 ms):
     # a shorter interval lets the unloading thread run more often.
     old_interval = sys.getswitchinterval()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from .test_manager import attach, frozen
+from .test_manager import attach
 
 
 class Net(nn.Module):

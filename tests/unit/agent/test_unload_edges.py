@@ -1,0 +1,420 @@
+"""Unloads meeting what real programs do around them: methods other than
+forward, parts run on worker threads, references held outside the model, a
+fork at any moment, dicts of other types, shared memory, an agent restart."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from torch import nn
+
+from app.agent import guard, models, storage
+from app.agent import manager as mgr_mod
+from app.agent.errors import ActionError
+
+from .test_manager import Net, attach, frozen
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    tracker = models.ModelTracker()
+    tracker.hooks = True
+    emitted: list = []
+    mgr = mgr_mod.Manager(tracker, lambda name, data: emitted.append((name, data)))
+    yield tracker, mgr, str(cache / "vram-steward" / "offload"), emitted
+    tracker.release()
+
+
+def mlp(width: int = 16) -> nn.Module:
+    torch.manual_seed(0)
+    return frozen(nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4)))
+
+
+def test_an_unload_waits_for_a_method_of_the_model_not_only_its_forward(env, monkeypatch):
+    """``pipe.vae.decode`` / ``clip.encode_text``: code of the model that is
+    not a Module call reads its weights all the same."""
+    tracker, mgr, _, _ = env
+    monkeypatch.setattr(mgr_mod, "FORWARD_WAIT_S", 0.3)
+    inside, release = threading.Event(), threading.Event()
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.proj(x)
+
+        def encode_text(self, x):
+            w = self.proj.weight  # read directly, no Module call
+            inside.set()
+            release.wait(10)
+            return x @ w.t()
+
+    torch.manual_seed(0)
+    model = frozen(Encoder())
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    ref = x @ model.proj.weight.t()
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(model.encode_text(x)))
+    t.start()
+    assert inside.wait(10)
+    with pytest.raises(ActionError, match="running"):
+        mgr.handle_unload({"model": mid, "to": "disk"})
+    assert tracker.guard(model).state == "resident"
+    release.set()
+    t.join(10)
+    assert torch.equal(out[0], ref)
+    assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
+
+
+def test_parts_run_on_worker_threads_by_a_forward_never_stall_an_unload(env):
+    """A forward that runs its parts on a thread pool: the parts' calls must
+    not wait for the unload, which waits for the forward they serve."""
+    tracker, mgr, _, _ = env
+    pool = ThreadPoolExecutor(2)
+    started, release = threading.Event(), threading.Event()
+
+    class Fanout(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 4)
+            self.b = nn.Linear(8, 4)
+
+        def forward(self, x):
+            started.set()
+            release.wait(10)  # the unload begins to drain here
+            fa, fb = pool.submit(self.a, x), pool.submit(self.b, x)
+            return fa.result(10) + fb.result(10)
+
+    torch.manual_seed(0)
+    model = frozen(Fanout())
+    [mid] = attach(tracker, model)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        ref = model.a(x) + model.b(x)
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(model(x)))
+    release.clear()
+    t.start()
+    assert started.wait(10)
+    result: list = []
+    u = threading.Thread(target=lambda: result.append(
+        mgr.handle_unload({"model": mid, "to": "disk"})))
+    u.start()
+    deadline = time.monotonic() + 5
+    while tracker.guard(model).state != "unloading" and time.monotonic() < deadline:
+        time.sleep(0.005)
+    release.set()
+    t.join(10)
+    u.join(10)
+    assert not t.is_alive() and not u.is_alive()
+    assert torch.equal(out[0], ref)
+    assert result and result[0]["ok"]
+    assert torch.equal(model(x), ref)  # and it comes back
+    pool.shutdown()
+
+
+CHILD_HELD_REFERENCE = textwrap.dedent("""
+    import os, sys, threading, torch
+    from torch import nn
+    sys.path.insert(0, os.environ["ROOT"])
+    from app.agent import manager, models
+    from tests.unit.agent.test_manager import attach
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2048, 2048), nn.Linear(2048, 8)).eval().requires_grad_(False)
+    tracker = models.ModelTracker()
+    tracker.hooks = True
+    mgr = manager.Manager(tracker)
+    [mid] = attach(tracker, model)
+    w = model[0].weight  # held outside the model, read outside any call of it
+    want = w.sum().item()
+    stop = threading.Event()
+    bad = []
+    def reader():
+        while not stop.is_set():
+            s = w.sum().item()
+            if s != want:
+                bad.append(s)
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for r in readers:
+        r.start()
+    for i in range(int(os.environ["CYCLES"])):
+        mgr.handle_unload({"model": mid, "to": "disk"})
+        mgr.handle_reload({"model": mid})
+        mgr.tick()  # drops the copies retired a cycle ago
+    stop.set()
+    for r in readers:
+        r.join()
+    print("bad", len(bad))
+    sys.exit(1 if bad else 0)
+""")
+
+
+def test_reads_through_a_held_reference_during_unloads_never_crash_or_differ(tmp_path):
+    """The old storages outlive the swap by a grace, so an op another thread
+    began on a weight it holds never reads freed memory.  A child process: a
+    crash is a failure, not a lost test run.  Large blocks are given to the
+    child's malloc as their own mappings, so a read of a freed storage faults
+    (without the grace this child segfaults)."""
+    env = dict(os.environ, ROOT=ROOT, CYCLES="20", XDG_CACHE_HOME=str(tmp_path),
+               MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.run([sys.executable, "-c", CHILD_HELD_REFERENCE], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    assert "bad 0" in proc.stdout
+
+
+def test_unload_keeps_the_old_storages_for_the_grace_then_the_tick_drops_reloads(env):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    old = model[0].weight.untyped_storage()
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    mgr.handle_reload({"model": mid})
+    assert len(mgr._retired) == 1  # the offloaded copies, for a thread still reading them
+    time.sleep(mgr_mod.RETIRE_S + 0.01)
+    mgr.tick()
+    assert mgr._retired == []
+    assert old.data_ptr() != model[0].weight.untyped_storage().data_ptr()
+
+
+def _fork_and_check(model, x, ref) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import signal
+            signal.alarm(10)  # a hang in the child is a failure, not a stuck run
+            with torch.no_grad():
+                code = 0 if torch.equal(model(x), ref) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 100 + os.WTERMSIG(status)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_fork_while_an_unload_drains_leaves_the_child_a_resident_model(env, monkeypatch):
+    tracker, mgr, _, _ = env
+    monkeypatch.setattr(mgr_mod, "FORWARD_WAIT_S", 3.0)
+    model = mlp()
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model(x)
+    busy, release = threading.Event(), threading.Event()
+
+    class Hold(nn.Module):
+        def forward(self, t):
+            if threading.current_thread() is not threading.main_thread():
+                busy.set()
+                release.wait(10)
+            return t
+
+    model.append(Hold())
+    t = threading.Thread(target=model, args=(x,))
+    t.start()
+    busy.wait(10)
+    u = threading.Thread(target=lambda: mgr.handle_unload({"model": mid, "to": "disk"}))
+    u.start()
+    deadline = time.monotonic() + 5
+    while tracker.guard(model).state != "unloading" and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert tracker.guard(model).state == "unloading"
+    assert _fork_and_check(model, x, ref) == 0
+    release.set()
+    t.join(10)
+    u.join(10)
+    assert tracker.guard(model).state == "offloaded"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_fork_while_a_reload_copies_leaves_the_child_a_model_that_reloads(env, monkeypatch):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model(x)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    in_copy, forked = threading.Event(), threading.Event()
+    real = storage.copy_back
+
+    def slow_copy_back(*args, **kwargs):
+        in_copy.set()
+        forked.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "copy_back", slow_copy_back)
+    r = threading.Thread(target=lambda: mgr.handle_reload({"model": mid}))
+    r.start()
+    assert in_copy.wait(10)
+    assert tracker.guard(model).state == "reloading"
+    monkeypatch.setattr(storage, "copy_back", real)  # the child's own reload copies at once
+    code = _fork_and_check(model, x, ref)
+    forked.set()
+    r.join(10)
+    assert code == 0
+    assert tracker.guard(model).state == "resident"
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+
+
+def test_an_offloaded_dict_held_across_a_reload_answers_from_the_modules_dict(env):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    held = model[0]._parameters  # the offloaded dict; names need no reload
+    assert "weight" in held and len(held) == 2 and list(held.keys()) == ["weight", "bias"]
+    assert tracker.guard(model).state == "offloaded"
+    mgr.handle_reload({"model": mid})
+    model[0].register_parameter("gain", nn.Parameter(torch.ones(16), requires_grad=False))
+    del model[0].bias
+    assert "gain" in held and "bias" not in held and len(held) == 2
+    assert sorted(held.keys()) == ["gain", "weight"]
+
+
+def test_ordered_dict_weights_unload_and_a_dict_of_another_type_is_refused(env):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    model[0]._parameters = OrderedDict(model[0]._parameters)  # as modules from old pickles
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model(x)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+    assert type(model[0].__dict__["_parameters"]) is OrderedDict
+
+    class Watched(dict):
+        pass
+
+    other = mlp()
+    other[2]._buffers = Watched(other[2]._buffers)
+    [oid] = attach(tracker, other)
+    with pytest.raises(ActionError, match="_buffers is a Watched") as err:
+        mgr.handle_unload({"model": oid, "to": "disk"})
+    assert err.value.code == "refused"
+    assert tracker.guard(other).state == "resident"
+    assert type(other[2].__dict__["_buffers"]) is Watched
+
+
+def test_a_deleted_offloaded_model_frees_its_files_without_a_gc_pass(env):
+    tracker, mgr, cache, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    assert os.listdir(cache)
+    gc.disable()  # reference counting alone must free it: no cycle through the agent
+    try:
+        del model
+        assert os.listdir(cache) == []
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("offset", [1, 3, 37])
+def test_a_view_at_an_odd_byte_offset_comes_back_at_the_same_residue(env, offset):
+    """A compact reload of part of a big storage keeps the address modulo 64
+    (kernels and ``view(dtype)`` care)."""
+    tracker, mgr, _, _ = env
+    big = torch.zeros(1 << 20, dtype=torch.uint8)
+    model = mlp()
+    model.register_buffer("codes", big[offset:offset + 100])
+    model.codes.copy_(torch.arange(100, dtype=torch.uint8))
+    residue = model.codes.data_ptr() % storage.ALIGN
+    [mid] = attach(tracker, model)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    mgr.handle_reload({"model": mid})
+    assert model.codes.data_ptr() % storage.ALIGN == residue
+    assert model.codes.untyped_storage().nbytes() < 1 << 16
+    assert torch.equal(model.codes, torch.arange(100, dtype=torch.uint8))
+
+
+def test_a_restarted_agents_manager_reloads_and_reports_the_adopted_model(env):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model(x)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    tracker.release()  # the agent stops; the model stays offloaded
+    fresh = models.ModelTracker()
+    fresh.hooks = True
+    emitted: list = []
+    fresh_mgr = mgr_mod.Manager(fresh, lambda name, data: emitted.append((name, data)))
+    try:
+        [fid] = attach(fresh, model)
+        with torch.no_grad():
+            assert torch.equal(model(x), ref)
+        events = fresh_mgr.recent_events()
+        assert [e["action"] for e in events] == ["reload"] and events[0]["ok"]
+        assert events[0]["model"] == fid
+        assert mgr.recent_events()[-1]["action"] == "unload"  # the old one heard nothing
+    finally:
+        fresh.release()
+
+
+def test_a_shape_change_through_data_during_the_copy_refuses(env, monkeypatch):
+    """Same storage, another view of it: still a change the unload must not lose."""
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    weight = model[0].weight
+    real = storage.copy_bytes
+
+    def copy_then_reshape(dst, src, nb):
+        if weight.shape == (16, 8):
+            weight.data = weight.data.view(8, 16)
+        real(dst, src, nb)
+
+    monkeypatch.setattr(storage, "copy_bytes", copy_then_reshape)
+    with pytest.raises(ActionError, match="replaced while it was being copied"):
+        mgr.handle_unload({"model": mid, "to": "disk"})
+    assert tracker.guard(model).state == "resident"
+    assert model[0].weight.shape == (8, 16)
+
+
+def test_shared_memory_weights_come_back_in_shared_memory(env):
+    """``model.share_memory()`` before handing it to torch.multiprocessing
+    workers: a reload must not quietly make it private."""
+    tracker, mgr, _, _ = env
+    model = mlp().share_memory()
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model(x)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    mgr.handle_reload({"model": mid})
+    assert all(p.is_shared() for p in model.parameters())
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+
+
+def test_the_hooks_of_composite_parts_are_marked_as_parts(env):
+    """Only a part's call goes on while an unload drains (see the worker-thread test)."""
+    tracker, _, _, _ = env
+    model = frozen(Net())
+    attach(tracker, model)
+    assert guard.slot_of(model).part is False
+    assert guard.slot_of(model.enc).part is True
+    assert guard.slot_of(model.enc[0]) is None  # leaves: no hook of their own
