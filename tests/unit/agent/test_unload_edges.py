@@ -418,3 +418,21 @@ def test_the_hooks_of_composite_parts_are_marked_as_parts(env):
     assert guard.slot_of(model).part is False
     assert guard.slot_of(model.enc).part is True
     assert guard.slot_of(model.enc[0]) is None  # leaves: no hook of their own
+
+
+def test_a_lazy_model_before_its_first_call_is_listed_and_refused_not_broken(env):
+    tracker, mgr, _, _ = env
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU()).eval()
+    [mid] = attach(tracker, model)
+    errors: list = []
+    [info] = [i for i in tracker.models(errors) if i["id"] == mid]
+    assert errors == [] and info["params"] == 0  # it holds no memory yet
+    with pytest.raises(ActionError, match="uninitialized") as err:
+        mgr.handle_unload({"model": mid, "to": "disk", "force": True})
+    assert err.value.code == "refused"
+    with torch.no_grad():
+        out = model(torch.ones(2, 3))  # materializes as without the agent
+    assert out.shape == (2, 4) and model[0].weight.shape == (4, 3)
+    assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
+    with torch.no_grad():
+        assert torch.equal(model(torch.ones(2, 3)), out)
