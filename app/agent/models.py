@@ -384,10 +384,20 @@ class ModelTracker:
             _log.log_exc("pipeline grouping failed")
 
     def shared_with(self, module: Any) -> str | None:
-        """The id of another listed model holding some of ``module``'s tensors."""
+        """The id of another listed model holding some of ``module``'s tensors.
+
+        The cached figures screen; an overlap is confirmed from fresh ones: a
+        cached id may name a tensor freed since (``from_pretrained`` replaces
+        the parameters it built), whose id a new tensor of another model took.
+        """
         mine = self.figures(module)["tensor_ids"]
+        fresh = None
         for other in self.user_roots():
-            if other is not module and not mine.isdisjoint(self.figures(other)["tensor_ids"]):
+            if other is module or mine.isdisjoint(self.figures(other)["tensor_ids"]):
+                continue
+            if fresh is None:
+                fresh = _fig.model_figures(module)["tensor_ids"]
+            if not fresh.isdisjoint(_fig.model_figures(other)["tensor_ids"]):
                 return self._ids.get(other) or "?"
         return None
 

@@ -436,3 +436,23 @@ def test_a_lazy_model_before_its_first_call_is_listed_and_refused_not_broken(env
     assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
     with torch.no_grad():
         assert torch.equal(model(torch.ones(2, 3)), out)
+
+
+def test_an_id_reused_after_weights_were_replaced_is_not_taken_for_sharing(env):
+    """``from_pretrained`` builds parameters, then replaces them with the
+    loaded ones; a tensor of the next model built may take a freed one's id
+    while a cached figure still lists it (seen with a diffusers pipeline: its
+    text encoder "shared tensors" with its VAE)."""
+    tracker, mgr, _, _ = env
+    first, second = mlp(), mlp(width=8)
+    [fid, sid] = attach(tracker, first, second)
+    tracker.figures(first)  # cached, as a tick leaves it
+    when, fig, name, cls = tracker._cache[first]
+    reused = {id(second[0].weight)}  # the id a freed tensor of ``first`` had
+    tracker._cache[first] = (when, dict(fig, tensor_ids=fig["tensor_ids"] | reused), name, cls)
+    assert tracker.shared_with(second) is None
+    assert mgr.handle_unload({"model": sid, "to": "disk"})["ok"]
+    third = mlp()
+    third[0].weight = second[0].weight  # really shared: still refused
+    [tid] = attach(tracker, third)
+    assert tracker.shared_with(third) == sid
