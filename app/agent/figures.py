@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import types
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 DYNAMO_STAMP = "_dynamo_static_input_type"  # set by dynamo on every parameter it traced
@@ -23,6 +24,20 @@ def children(module: Any) -> tuple:
         return tuple(dict.values(mods)) if mods else ()
     except Exception:
         return ()
+
+
+#: Weight dict types an unload can watch (storage adds its OffloadedDict).
+WATCHABLE_DICTS: set = {dict, OrderedDict}
+
+
+def odd_dict(module: Any) -> str | None:
+    """Why a module's non-empty weight dict cannot be watched, or None."""
+    for attr in ("_parameters", "_buffers"):
+        d = module.__dict__.get(attr)
+        if d and type(d) not in WATCHABLE_DICTS:
+            return "a %s dict of type %s, which the agent cannot watch" % (
+                attr, type(d).__name__)
+    return None
 
 
 def values(module: Any, attr: str) -> tuple:
@@ -110,6 +125,8 @@ def model_figures(root: Any) -> dict[str, Any]:
     seen: set = set()
     ids: set = set()
     for m in subtree(root):
+        if unmovable is None:
+            unmovable = odd_dict(m)
         for kind, attr in (("params", "_parameters"), ("buffers", "_buffers")):
             for t in values(m, attr):
                 if t is None or id(t) in ids:

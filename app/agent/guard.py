@@ -15,12 +15,13 @@ always see the same module.  There is no forward (post) hook: a second hook
 doubles the cost of every call, and a hook registered with ``always_call``
 makes dynamo recompile for every new instance of a model class.
 
-Whether a forward is running is read from the threads' stacks instead
+Whether the model is running is read from the threads' stacks instead
 (``running_threads``): a thread is inside the model while one of its frames
-is ``Module._call_impl`` of the model or of any module below it, a deeper
-submodule called directly included.  An unload sets UNLOADING first (new
-calls wait in the hook) and then waits until no thread is inside; a forward
-that passed its hook before that has its frame on the stack already.
+is ``Module._call_impl`` of the model or of any module below it (a deeper
+submodule called directly included), or a method of one of their classes
+called directly (``generate``, ``vae.decode``).  An unload sets UNLOADING
+first (new calls wait in the hook) and then waits until no thread is inside;
+a forward that passed its hook before that has its frame on the stack already.
 
 The hook never raises into user code, with one exception: when a reload of a
 model that the user or a policy unloaded fails, the call gets a
@@ -144,15 +145,11 @@ class ModelGuard:
                     error = repr(exc)
                 except BaseException:  # KeyboardInterrupt: never leave RELOADING behind
                     self.lock.acquire()
-                    self.state = OFFLOADED
-                    self.transition = None
-                    self.cond.notify_all()
+                    self._reload_ended("interrupted")
                     raise
                 self.lock.acquire()
-                self.state = RESIDENT if error is None else OFFLOADED
-                self.transition = None
-                self.cond.notify_all()
-                if error is not None:
+                self._reload_ended(error)
+                if self.state is not RESIDENT:
                     raise ReloadFailed("vram-steward: reloading model %s failed (%s); the model "
                                        "stays offloaded" % (self.model_id, error))
                 did = True
@@ -184,33 +181,65 @@ class ModelGuard:
         except ReloadFailed as exc:
             raise RuntimeError(str(exc)) from None
 
-    def _ids(self) -> set | None:
+    def _reload_ended(self, error: str | None) -> None:
+        """Lock held.  Once the weights are home (``transition.done``) the
+        model is resident, whatever failed or interrupted the bookkeeping
+        after that."""
+        t = self.transition
+        if error is None or (t is not None and getattr(t, "done", False)):
+            self.state = RESIDENT
+            self.offload = None
+            self.target = None
+        else:
+            self.state = OFFLOADED
+        self.transition = None
+        self.cond.notify_all()
+
+    def _scope(self) -> "_Scope | None":
         module = self.module_ref()
-        return None if module is None else {id(m) for m in _fig.subtree(module)}
+        return None if module is None else _Scope(_fig.subtree(module))
 
     def running_threads(self) -> list[int]:
         """Threads (other than this one) running code of the model: a call of
-        it or of any module below it, or any method of theirs (``vae.decode``,
-        ``clip.encode_text``), not counting those waiting in its hook for an
-        unload to end.  Walks every thread's stack: for the unload path and a
-        model the idle timer is about to unload, never per call."""
-        ids = self._ids()
-        if ids is None:
+        it or of any module below it, or a method of their classes
+        (``vae.decode``, ``clip.encode_text``, ``generate``), not counting
+        those waiting in its hook for an unload to end.  Walks every thread's
+        stack: for the unload path and a model the idle timer is about to
+        unload, never per call."""
+        return [tid for tid, _ in self.running()]
+
+    def running(self) -> list[tuple[int, str]]:
+        """(thread id, the function it runs of the model) for each such thread."""
+        scope = self._scope()
+        if scope is None:
             return []
         skip = set(self.waiters)
         skip.add(_get_ident())
         frames = sys._current_frames()
+        frame = None
         try:
-            return [tid for tid, frame in frames.items()
-                    if tid not in skip and _runs(frame, ids)]
+            out = []
+            for tid, frame in frames.items():
+                if tid not in skip:
+                    where = scope.runs(frame)
+                    if where is not None:
+                        out.append((tid, where))
+            return out
         finally:
-            del frames
+            # this thread's own frame is among them: no cycle through it
+            del frames, frame
+
+    def running_text(self) -> str:
+        """Who runs the model, for a refusal: "thread 'MainThread' in generate"."""
+        names = {t.ident: t.name for t in threading.enumerate()}
+        return ", ".join("thread %r in %s" % (names.get(tid, tid), where)
+                         for tid, where in self.running()[:3])
 
     def inside(self, own_call: bool = False) -> bool:
         """Is this thread running code of the model?  ``own_call``: called
         from the hook of a call of it, whose own frames do not count."""
-        ids = self._ids()
-        if ids is None:
+        scope = self._scope()
+        if scope is None:
             return False
         frame = sys._getframe(1)
         if own_call:
@@ -220,7 +249,7 @@ class ModelGuard:
                 frame = frame.f_back
             if frame is not None and frame.f_code.co_name == "_wrapped_call_impl":
                 frame = frame.f_back
-        return _runs(frame, ids)
+        return scope.runs(frame) is not None
 
     def wait_idle(self, timeout: float) -> bool:
         """Lock held, state UNLOADING (new calls wait in the hook, a thread
@@ -239,22 +268,89 @@ class ModelGuard:
             self.draining = False
 
 
-def _runs(frame: Any, ids: set) -> bool:
-    """Does the stack from ``frame`` run a method of a module in ``ids``
-    (``Module._call_impl``, ``forward``, any method taking ``self``)?"""
-    depth = 0
-    while frame is not None and depth < MAX_STACK_DEPTH:
-        code = frame.f_code
-        if code.co_argcount and code.co_varnames[0] == "self":
+#: torch's frames of a Module call (``model(x)``): their ``self`` is the module.
+CALL_FRAMES = frozenset(("_call_impl", "_wrapped_call_impl"))
+
+
+class _Scope:
+    """What "running code of the model" means for one unload: a Module call
+    of a module of its subtree (told exactly, from the ``self`` of torch's
+    call frames), or a method of one of their classes that is not itself
+    the forward of a call (``generate``, ``decode``, ``encode_text``: told
+    from the code object alone, since reading a frame's locals on 3.11 and
+    3.12 pins them until the frame returns; the same method running on
+    another instance of the class counts too, which only delays)."""
+
+    __slots__ = ("ids", "codes")
+
+    def __init__(self, modules: list) -> None:
+        self.ids = {id(m) for m in modules}
+        self.codes = _method_codes({type(m) for m in modules})
+
+    def runs(self, frame: Any) -> str | None:
+        """The function of the model the stack from ``frame`` runs, or None."""
+        depth = 0
+        while frame is not None and depth < MAX_STACK_DEPTH:
+            code = frame.f_code
+            if code.co_name in CALL_FRAMES:
+                try:
+                    this = frame.f_locals.get("self")  # torch's frame: its locals live anyway
+                except Exception:
+                    return code.co_name  # cannot tell: assume it is running
+                if id(this) in self.ids:
+                    return "%s.forward" % type(this).__name__
+            elif code in self.codes:
+                back = frame.f_back
+                if back is not None and back.f_code.co_name == "inner":  # _call_impl's closure
+                    back = back.f_back
+                if back is None or back.f_code.co_name not in CALL_FRAMES:
+                    # not a forward: a method called directly ("Pipe.decode")
+                    return code.co_qualname.rsplit(".<locals>.", 1)[-1]
+            frame = frame.f_back
+            depth += 1
+        return None
+
+
+_CODES_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _method_codes(types: set) -> set:
+    """Code objects of the methods the classes define themselves (torch's
+    own classes excluded: their methods run on every model)."""
+    out: set = set()
+    for cls in types:
+        try:
+            codes = _CODES_CACHE.get(cls)
+        except TypeError:
+            codes = None
+        if codes is None:
+            codes = set()
+            for klass in getattr(cls, "__mro__", ()):
+                mod = getattr(klass, "__module__", "") or ""
+                if klass is object or mod == "torch" or mod.startswith("torch."):
+                    continue
+                for value in list(vars(klass).values()):
+                    _add_codes(value, codes)
             try:
-                this = frame.f_locals.get("self")
-            except Exception:
-                return True  # cannot tell: assume it is running
-            if id(this) in ids:
-                return True
-        frame = frame.f_back
-        depth += 1
-    return False
+                _CODES_CACHE[cls] = codes
+            except TypeError:
+                pass
+        out |= codes
+    return out
+
+
+def _add_codes(value: Any, codes: set) -> None:
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    elif isinstance(value, property):
+        value = value.fget
+    for _ in range(8):  # decorators (``torch.no_grad()``, functools.wraps) keep __wrapped__
+        code = getattr(value, "__code__", None)
+        if code is not None:
+            codes.add(code)
+        value = getattr(value, "__wrapped__", None)
+        if value is None:
+            break
 
 
 class Slot:

@@ -26,7 +26,8 @@ Unload (``unload {model, to, force, reason}``)
     bytes are copied is the one thing no step can see.  Any failure undoes
     every step: the model stays resident and bit-identical.  The old storages
     are dropped after ``RETIRE_S`` (an op another thread began on a weight it
-    holds may still be reading them; calls of the model wait meanwhile); for CUDA ``empty_cache()`` per affected device (selected
+    holds, outside the model, may still be reading them: one that runs longer
+    than that is not covered; calls of the model wait meanwhile); for CUDA ``empty_cache()`` per affected device (selected
     explicitly) and ``bytes_released`` = reserved before - after (for a disk
     unload of CPU tensors: the process RSS drop, at most the bytes moved).
 
@@ -121,6 +122,8 @@ class Manager:
         self._retired_lock = threading.Lock()
         self.idle = IdlePolicy(self)
         tracker.on_adopt = self._adopt
+        #: an agent thread calls ``tick`` (else retired storages go by a timer)
+        self.ticking = False
         _MANAGERS.add(self)
 
     def _adopt(self, g: Any) -> None:
@@ -290,29 +293,32 @@ class Manager:
                 # the ones running finish; refused if they do not within wait_s.
                 g.state = _guard.UNLOADING
                 g.transition = _Transition(rec, unloading=True)
-                if not g.wait_idle(wait_s):
+                try:
+                    idle = g.wait_idle(wait_s)
+                    running = "" if idle else g.running_text()
+                except BaseException:
+                    idle, running = None, ""
+                if not idle:
                     g.transition = None
                     g.state = _guard.RESIDENT
                     g.cond.notify_all()
-                    raise ActionError(protocol.REFUSED, "a forward is running (waited %.1f s)"
-                                      % wait_s)
-            # A call that was running may have compiled, traced or captured it.
-            blocker = eligibility.unload_blocker(module, g, self.tracker,
-                                                 _fig.model_figures(module))
-            if blocker is not None:
-                self._back_to_resident(g)
-                raise ActionError(protocol.REFUSED, eligibility.refusal(blocker))
-            # From here on a read of the weights waits for the unload, then
-            # brings the model back: planned, copied and swapped, nothing moves
-            # under the user's feet.
-            modules = _fig.subtree(module)
+                    if idle is None:
+                        raise
+                    raise ActionError(protocol.REFUSED, "it is running%s (waited %.1f s)" % (
+                        ": " + running if running else "", wait_s))
+            # Whatever fails from here to the copy leaves it resident as it was.
             try:
+                # A call that was running may have compiled, traced or captured it.
+                blocker = eligibility.unload_blocker(module, g, self.tracker,
+                                                     _fig.model_figures(module))
+                if blocker is not None:
+                    raise ActionError(protocol.REFUSED, eligibility.refusal(blocker))
+                # From here on a read of the weights waits for the unload, then
+                # brings the model back: planned, copied and swapped, nothing
+                # moves under the user's feet.
+                modules = _fig.subtree(module)
                 storage.check_dicts(modules)
-            except BaseException:
-                self._back_to_resident(g)
-                raise
-            storage.swap_in_dicts(modules, g, rec)
-            try:
+                storage.swap_in_dicts(modules, g, rec)
                 self._plan(torch, module, modules, rec, to)
             except BaseException:
                 storage.restore_dicts(rec)
@@ -487,11 +493,9 @@ class Manager:
             return error
         storage.restore_dicts(rec)
         transition.done = True
-        # The offloaded copies go only after a grace (see RETIRE_S): the tick
-        # drops them.
-        with self._retired_lock:
-            self._retired.append((time.monotonic(), swaps, rec.target == "cpu"))
-        del swaps
+        # The offloaded copies go only after a grace (see RETIRE_S).
+        self._retire([old for _, old in swaps], rec.target == "cpu")
+        swaps.clear()
         for gr in rec.moving:
             gr.copy = None
             gr.mapped = None
@@ -509,9 +513,27 @@ class Manager:
                     time.perf_counter() - t0, reason, True, None)
         return None
 
+    def _retire(self, storages: list, pinned: bool) -> None:
+        """Keep the tensors a reload replaced for RETIRE_S: the tick drops
+        them, or a timer where no agent ticks (a stopped agent's manager)."""
+        self._drop_retired()
+        with self._retired_lock:
+            self._retired.append((time.monotonic(), storages, pinned))
+        if not self.ticking:
+            timer = threading.Timer(RETIRE_S + 0.01, self._drop_retired)
+            timer.daemon = True
+            timer.start()
+
+    def stop_ticking(self) -> None:
+        """The agent stops: what is retired goes by a timer, as later ones will."""
+        self.ticking = False
+        timer = threading.Timer(RETIRE_S + 0.01, self._drop_retired, (True,))
+        timer.daemon = True
+        timer.start()
+
     # -- agent tick -----------------------------------------------------------------
-    def _drop_retired(self) -> None:
-        cutoff = time.monotonic() - RETIRE_S
+    def _drop_retired(self, everything: bool = False) -> None:
+        cutoff = float("inf") if everything else time.monotonic() - RETIRE_S
         with self._retired_lock:
             old = [r for r in self._retired if r[0] <= cutoff]
             self._retired = [r for r in self._retired if r[0] > cutoff]

@@ -54,6 +54,7 @@ class Agent:
         self.watch = introspect.CudaWatch(self._emit)
         self.steps = eligibility.OptimizerSteps()
         self.manager = _manager.Manager(self.tracker, self._emit, self.steps)
+        self.manager.ticking = True  # the agent thread ticks it
         self.registry_dir = ""
         self.registry_path = ""
         self.entry: dict[str, Any] = {}
@@ -140,6 +141,7 @@ class Agent:
         self.tracker.deactivate()
         self.tracker.release()
         self.watch.deactivate()
+        self.manager.stop_ticking()
 
     def after_fork_in_child(self) -> None:
         self.running = False

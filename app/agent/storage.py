@@ -36,6 +36,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
+from . import figures as _fig
 from . import log as _log
 from . import paths, protocol
 from .errors import ActionError
@@ -132,7 +133,7 @@ class Offload:
         self.finalizer: Any = None
         self.reason = reason
         self.paths: list = []  # disk: one file per storage
-        self.dicts: list = []  # (weakref to module, attr, OffloadedDict) while offloaded
+        self.dicts: list = []  # (weakref to module, attr, weakref to its OffloadedDict)
 
     def planned(self, target: str, groups: list, moving: list) -> None:
         self.target = target
@@ -207,14 +208,13 @@ def unchanged(groups: list) -> bool:
 
 
 def check_dicts(modules: list) -> None:
-    """Refuse where a module's weight dict is not a plain dict or OrderedDict:
-    a read of it could not bring the model back."""
+    """Refuse where a module's non-empty weight dict is not a plain dict or
+    OrderedDict (also an eligibility blocker; checked again here, after the
+    drain): a read of it could not bring the model back."""
     for m in modules:
-        for attr in PARAM_DICTS:
-            d = m.__dict__.get(attr)
-            if d is not None and type(d) not in (dict, OrderedDict):
-                raise ActionError(protocol.REFUSED, "its %s is a %s, which the agent cannot "
-                                  "watch" % (attr, type(d).__name__))
+        why = _fig.odd_dict(m)
+        if why is not None:
+            raise ActionError(protocol.REFUSED, "holds " + why)
 
 
 def check_not_reparametrized(torch: Any, modules: list) -> None:
@@ -404,10 +404,9 @@ def offloaded_views(torch: Any, rec: Offload, swaps: list) -> None:
         for v in gr.views:
             new = (view_on(torch, storage, "cpu", 0, v) if storage is not None
                    else placeholder(torch, v))
-            old = v.tensor.data
+            swaps.append((v.tensor, v.tensor.data))  # first: a fork between the two undoes it
             v.tensor.data = new
             v.placed = storage_ptr(new)
-            swaps.append((v.tensor, old))
 
 
 def copy_back(torch: Any, rec: Offload) -> tuple[list, set]:
@@ -435,36 +434,52 @@ def home_buffer(torch: Any, gr: Group) -> tuple[Any, int]:
     """A byte tensor on the group's device and the offset of the group in it."""
     if not gr.span:
         return torch.empty(0, dtype=torch.uint8, device=gr.device), 0
+    if gr.shared or gr.pinned:
+        return _special_buffer(torch, gr)
     if gr.whole:
-        buf = aligned_empty(torch, gr.nbytes, gr.device, gr.residue, gr.pinned)
-        if gr.start:
-            buf[:gr.start].zero_()
-        if gr.start + gr.span < gr.nbytes:
-            buf[gr.start + gr.span:].zero_()
-        base = gr.start
-    else:
-        buf = aligned_empty(torch, gr.span, gr.device, (gr.residue + gr.start) % ALIGN,
-                            gr.pinned)
-        base = 0
+        buf = aligned_empty(torch, gr.nbytes, gr.device, gr.residue)
+        _zero_outside(buf, gr)
+        return buf, gr.start
+    return aligned_empty(torch, gr.span, gr.device, (gr.residue + gr.start) % ALIGN), 0
+
+
+def _zero_outside(buf: Any, gr: Group) -> None:
+    """Zero what the model does not cover of a whole storage."""
+    if gr.start:
+        buf[:gr.start].zero_()
+    if gr.start + gr.span < gr.nbytes:
+        buf[gr.start + gr.span:].zero_()
+
+
+def _special_buffer(torch: Any, gr: Group) -> tuple[Any, int]:
+    """Shared or page-locked memory again.  Both come page-aligned from their
+    allocators: a whole storage keeps its size (and its residue, when it had
+    the usual 0); a compact one gets ALIGN bytes more and its group starts at
+    the old residue."""
+    size = gr.nbytes if gr.whole else gr.span + ALIGN
+    buf = host_buffer(torch, size, pin=True) if gr.pinned else torch.empty(
+        size, dtype=torch.uint8, device="cpu")
     if gr.shared:
         try:
-            buf.untyped_storage().share_memory_()
+            buf.untyped_storage().share_memory_()  # before anything is written: no copy
         except Exception as exc:
             _log.log("a reloaded storage could not go back to shared memory: %r" % (exc,))
-    return buf, base
+    if gr.whole:
+        if storage_ptr(buf) % ALIGN != gr.residue:
+            _log.log("a reloaded shared or pinned storage is at residue %d, was %d"
+                     % (storage_ptr(buf) % ALIGN, gr.residue))
+        _zero_outside(buf, gr)
+        return buf, gr.start
+    return buf, (gr.residue + gr.start - storage_ptr(buf)) % ALIGN
 
 
-def aligned_empty(torch: Any, nbytes: int, device: Any, residue: int,
-                  pinned: bool = False) -> Any:
+def aligned_empty(torch: Any, nbytes: int, device: Any, residue: int) -> Any:
     """A byte tensor of exactly ``nbytes`` (its storage too) at an address of
     ``residue`` modulo ALIGN.  torch's allocators give ALIGN-aligned memory;
     another residue (a storage made from a Python buffer) needs a buffer of
     our own on the CPU (a GPU storage's address is the allocator's)."""
-    if pinned:
-        buf = host_buffer(torch, nbytes, pin=True)
-    else:
-        buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    if residue == storage_ptr(buf) % ALIGN or is_cuda(device) or pinned:
+    buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if residue == storage_ptr(buf) % ALIGN or is_cuda(device):
         return buf
     raw = bytearray(nbytes + ALIGN)
     addr = torch.frombuffer(raw, dtype=torch.uint8, count=1).data_ptr()
@@ -480,9 +495,8 @@ def home_views(torch: Any, pending: list, swaps: list) -> None:
             if storage_ptr(v.tensor) != v.placed:
                 continue
             new = view_on(torch, storage, device, base, v)
-            old = v.tensor.data
+            swaps.append((v.tensor, v.tensor.data))
             v.tensor.data = new
-            swaps.append((v.tensor, old))
 
 
 def undo(swaps: list) -> None:
@@ -510,15 +524,17 @@ class OffloadedDict(dict):
     dicts.
     """
 
-    __slots__ = ("guard_ref", "home")
+    __slots__ = ("guard", "home", "__weakref__")
 
     def __init__(self, home: dict, guard: Any) -> None:
         dict.__init__(self, home)
         self.home = home
-        self.guard_ref = weakref.ref(guard)  # the guard holds the record that holds us
+        # strong: a part the user keeps after its model is gone still reloads
+        # (the offload record holds us weakly, so there is no cycle)
+        self.guard = guard
 
     def _home(self) -> dict:
-        g = self.guard_ref()
+        g = self.guard
         if g is not None and g.state is not RESIDENT:
             g.make_resident("access")
         return self.home
@@ -581,8 +597,8 @@ class OffloadedDict(dict):
         self.home[key] = value
 
     def __delitem__(self, key: Any) -> None:
-        dict.__delitem__(self, key)
-        del self.home[key]
+        del self.home[key]  # the module's own dict says what is there
+        dict.pop(self, key, None)
 
     def pop(self, key: Any, *default: Any) -> Any:
         home = self._home()
@@ -613,6 +629,9 @@ class OffloadedDict(dict):
         self.home.clear()
 
 
+_fig.WATCHABLE_DICTS.add(OffloadedDict)
+
+
 def swap_in_dicts(modules: list, guard: Any, rec: Offload) -> None:
     """Give each module an ``OffloadedDict`` per weight dict (right after the
     model's calls have left it, before anything is copied: from then on a
@@ -625,14 +644,14 @@ def swap_in_dicts(modules: list, guard: Any, rec: Offload) -> None:
             if type(plain) in (dict, OrderedDict) and plain:
                 off = OffloadedDict(plain, guard)
                 d[attr] = off
-                rec.dicts.append((ref, attr, off))
+                rec.dicts.append((ref, attr, weakref.ref(off)))
 
 
 def restore_dicts(rec: Offload) -> None:
     """The modules' own dicts again, with whatever was registered meanwhile."""
-    for ref, attr, off in rec.dicts:
-        m = ref()
-        if m is None:
+    for ref, attr, off_ref in rec.dicts:
+        m, off = ref(), off_ref()
+        if m is None or off is None:
             continue
         try:
             if m.__dict__.get(attr) is off:

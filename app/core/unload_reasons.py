@@ -23,7 +23,7 @@ NEVER_WORDS = ("compile", "export", "torchscript", "torch.fx", "graphmodule", "c
                "torch.func",
                "torch internals", "shares tensors", "shared", "meta", "placeholder", "sparse",
                "quantized", "subclass", "tensors on", "unreadable", "hooks", "forward running",
-               "forward is running", "busy", "already", "not offloaded")
+               "forward is running", "is running", "busy", "already", "not offloaded")
 
 
 def refuses_any_unload(reason: str | None) -> bool:

@@ -400,7 +400,7 @@ def test_forward_running_refused_after_wait(env, monkeypatch):
     t.start()
     started.wait(5)
     t0 = time.monotonic()
-    with pytest.raises(ActionError, match="forward is running") as err:
+    with pytest.raises(ActionError, match=r"it is running: thread '\S+' in Slow.forward") as err:
         env.manager.handle_unload({"model": mid, "to": "disk"})
     assert err.value.code == protocol.REFUSED and time.monotonic() - t0 >= 0.25
     release.set()

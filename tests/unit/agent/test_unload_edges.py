@@ -5,6 +5,7 @@ fork at any moment, dicts of other types, shared memory, an agent restart."""
 from __future__ import annotations
 
 import gc
+import weakref
 import os
 import subprocess
 import sys
@@ -308,9 +309,11 @@ def test_ordered_dict_weights_unload_and_a_dict_of_another_type_is_refused(env):
         pass
 
     other = mlp()
+    other[2].register_buffer("scale", torch.ones(4))
     other[2]._buffers = Watched(other[2]._buffers)
     [oid] = attach(tracker, other)
-    with pytest.raises(ActionError, match="_buffers is a Watched") as err:
+    assert "_buffers dict of type Watched" in mgr.blocker(other, tracker.guard(other))
+    with pytest.raises(ActionError, match="_buffers dict of type Watched") as err:
         mgr.handle_unload({"model": oid, "to": "disk"})
     assert err.value.code == "refused"
     assert tracker.guard(other).state == "resident"
@@ -456,3 +459,179 @@ def test_an_id_reused_after_weights_were_replaced_is_not_taken_for_sharing(env):
     third[0].weight = second[0].weight  # really shared: still refused
     [tid] = attach(tracker, third)
     assert tracker.shared_with(third) == sid
+
+
+def test_a_failure_between_the_drain_and_the_copy_leaves_it_resident_not_stuck(env, monkeypatch):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model(x)
+    from app.agent import eligibility
+    real, calls = eligibility.unload_blocker, []
+
+    def fails_after_the_drain(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the check after the drain
+            raise RuntimeError("injected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(eligibility, "unload_blocker", fails_after_the_drain)
+    with pytest.raises(RuntimeError, match="injected"):
+        mgr.handle_unload({"model": mid, "to": "disk"})
+    assert tracker.guard(model).state == "resident"
+    assert type(model[0].__dict__["_parameters"]) is dict
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(model(x)))
+    t.start()
+    t.join(5)
+    assert done and torch.equal(done[0], ref)  # a call does not hang
+
+
+def test_replaced_storages_go_without_a_tick_and_never_keep_the_model(env):
+    tracker, mgr, _, _ = env
+    assert mgr.ticking is False  # no agent thread here: a timer drops them
+    model = mlp()
+    [mid] = attach(tracker, model)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    mgr.handle_reload({"model": mid})
+    assert len(mgr._retired) == 1
+    weight = weakref.ref(model[0].weight)
+    del model
+    assert weight() is None  # the retired list holds old data, not the parameters
+    deadline = time.monotonic() + 5
+    while mgr._retired and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert mgr._retired == []
+
+
+def test_a_part_kept_after_its_offloaded_model_is_gone_still_comes_back(env):
+    tracker, mgr, _, events = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model[0](x)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    part = model[0]
+    del model
+    gc.collect()
+    with torch.no_grad():
+        assert torch.equal(part(x), ref)
+    assert type(part.__dict__["_parameters"]) is dict  # home again
+    assert [e["action"] for e in mgr.recent_events()] == ["unload", "reload"]
+
+
+def test_an_interrupt_after_the_weights_are_home_leaves_the_model_resident(env, monkeypatch):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        ref = model(x)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    real = mgr._event
+
+    def interrupted(g, module, action, *args):
+        if action == "reload":
+            raise KeyboardInterrupt  # Ctrl-C while the reload records its event
+        return real(g, module, action, *args)
+
+    monkeypatch.setattr(mgr, "_event", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        mgr.handle_reload({"model": mid})
+    monkeypatch.setattr(mgr, "_event", real)
+    assert tracker.guard(model).state == "resident"
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+    assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
+
+
+def test_a_shared_memory_view_at_an_odd_offset_keeps_its_residue(env):
+    tracker, mgr, _, _ = env
+    big = torch.zeros(1 << 20, dtype=torch.uint8).share_memory_()
+    model = mlp()
+    model.register_buffer("codes", big[37:137])
+    model.codes.copy_(torch.arange(100, dtype=torch.uint8))
+    residue = model.codes.data_ptr() % storage.ALIGN
+    [mid] = attach(tracker, model)
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    mgr.handle_reload({"model": mid})
+    assert model.codes.is_shared()
+    assert model.codes.data_ptr() % storage.ALIGN == residue
+    assert torch.equal(model.codes, torch.arange(100, dtype=torch.uint8))
+
+
+def test_looking_for_the_model_on_other_threads_pins_none_of_their_locals(env):
+    """Reading a frame's locals on 3.11/3.12 keeps them until it returns;
+    the drain reads only torch's call frames."""
+    tracker, _, _, _ = env
+    model = mlp()
+    attach(tracker, model)
+    g = tracker.guard(model)
+    holding, dropped, finish = threading.Event(), threading.Event(), threading.Event()
+    gone: list = []
+
+    class App:
+        def run(self):
+            big = torch.ones(1 << 16)
+            ref = weakref.ref(big)
+            holding.set()
+            dropped.wait(10)
+            del big
+            gone.append(ref() is None)
+            finish.wait(10)
+
+    t = threading.Thread(target=App().run)
+    t.start()
+    holding.wait(10)
+    assert g.running_threads() == []  # looks at the thread's stack
+    dropped.set()
+    deadline = time.monotonic() + 5
+    while not gone and time.monotonic() < deadline:
+        time.sleep(0.01)
+    finish.set()
+    t.join(10)
+    assert gone == [True]
+
+
+def test_a_refusal_names_the_thread_and_method_that_run_the_model(env, monkeypatch):
+    tracker, mgr, _, _ = env
+    monkeypatch.setattr(mgr_mod, "FORWARD_WAIT_S", 0.2)
+    inside, release = threading.Event(), threading.Event()
+
+    class Served(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.l(x)
+
+        @torch.no_grad()
+        def serve_forever(self):
+            inside.set()
+            release.wait(10)  # waiting for requests between calls
+
+    model = frozen(Served())
+    [mid] = attach(tracker, model)
+    t = threading.Thread(target=model.serve_forever, name="server")
+    t.start()
+    inside.wait(10)
+    with pytest.raises(ActionError, match=r"thread 'server' in Served.serve_forever"):
+        mgr.handle_unload({"model": mid, "to": "disk"})
+    release.set()
+    t.join(10)
+
+
+def test_a_name_deleted_while_offloaded_is_gone_from_both_dicts(env):
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    own = model[0].__dict__["_buffers"]
+    mgr.handle_unload({"model": mid, "to": "disk"})
+    own["extra"] = torch.ones(2)  # through a reference to the module's own dict
+    assert "extra" in model[0]._buffers
+    del model[0].extra
+    assert "extra" not in own and "extra" not in model[0]._buffers

@@ -258,6 +258,7 @@ def test_idle_texts_use_the_agents_idle_clock():
     ("TorchScript", False), ("torch.export", False), ("shares tensors with m3", False),
     ("meta placeholders", False), ("holds sparse or quantized tensors", False),
     ("no agent hooks", False), ("a forward is running (waited 5.0 s)", False),
+    ("it is running: thread 'MainThread' in GenerationMixin.generate (waited 5.0 s)", False),
     ("torch.fx", False), ("tensor subclasses (DTensor)", False),
     ("it looks like it is training (optimizer step 3 s ago); use force to unload it anyway",
      True),
