@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import os
 import sys
 import threading
 import time
@@ -46,6 +45,7 @@ import weakref
 from typing import Any, Callable
 
 from . import figures as _fig
+from . import forks
 
 RESIDENT = "resident"
 UNLOADING = "unloading"
@@ -555,27 +555,21 @@ def _reinit_after_fork() -> None:
     # the child: give every guard fresh ones (only the forking thread exists).
     # A model caught mid-move goes back to where it was before the move began:
     # the thread moving it does not exist in the child.
-    try:
-        for g in list(_ALL_GUARDS):
-            g.lock = threading.Lock()
-            g.cond = threading.Condition(g.lock)
-            g.waiters = set()
-            g.draining = False
-            transition, g.transition = g.transition, None
-            if transition is not None:
-                try:
-                    g.state = transition.undo_in_child()
-                except BaseException:
-                    pass
-            elif g.state is UNLOADING:
-                g.state = RESIDENT  # the unload had not begun to move anything
-            elif g.state is RELOADING:
-                g.state = OFFLOADED  # nor had the reload
-    except BaseException:
-        pass
+    for g in list(_ALL_GUARDS):
+        g.lock = threading.Lock()
+        g.cond = threading.Condition(g.lock)
+        g.waiters = set()
+        g.draining = False
+        transition, g.transition = g.transition, None
+        if transition is not None:
+            try:
+                g.state = transition.undo_in_child()
+            except BaseException:
+                pass
+        elif g.state is UNLOADING:
+            g.state = RESIDENT  # the unload had not begun to move anything
+        elif g.state is RELOADING:
+            g.state = OFFLOADED  # nor had the reload
 
 
-try:
-    os.register_at_fork(after_in_child=_reinit_after_fork)
-except Exception:  # pragma: no cover
-    pass
+forks.in_child(_reinit_after_fork)

@@ -50,14 +50,13 @@ torch.jit.script of it)
 from __future__ import annotations
 
 import collections
-import os
 import sys
 import threading
 import time
 import weakref
 from typing import Any
 
-from . import eligibility, modes, protocol, requests, storage
+from . import eligibility, forks, modes, protocol, requests, storage
 from . import figures as _fig
 from . import guard as _guard
 from . import log as _log
@@ -494,7 +493,10 @@ class Manager:
         storage.restore_dicts(rec)
         transition.done = True
         # The offloaded copies go only after a grace (see RETIRE_S).
-        self._retire([old for _, old in swaps], rec.target == "cpu")
+        # (pinned host copies of GPU weights: torch's host cache gets them
+        # back when they are dropped)
+        self._retire([old for _, old in swaps],
+                     rec.target == "cpu" and any(storage.is_cuda(gr.device) for gr in rec.moving))
         swaps.clear()
         for gr in rec.moving:
             gr.copy = None
@@ -505,8 +507,6 @@ class Manager:
         g.offload = None
         g.target = None
         g.cell[0] = time.time()  # brought back for a use: the idle clock restarts
-        if rec.target == "cpu" and any(storage.is_cuda(gr.device) for gr in rec.moving):
-            storage.host_empty_cache(torch)
         if module is not None:
             self.tracker.invalidate(module)
         self._event(g, module, "reload", _guard.RESIDENT, rec.target, rec.bytes_moved, None,
@@ -559,16 +559,10 @@ class Manager:
 
 def _reinit_after_fork() -> None:
     # Locks another thread held at fork time would stay held in the child.
-    try:
-        for m in list(_MANAGERS):
-            m._ev_lock = threading.Lock()
-            m._op_lock = threading.RLock()
-            m._retired_lock = threading.Lock()
-    except BaseException:
-        pass
+    for m in list(_MANAGERS):
+        m._ev_lock = threading.Lock()
+        m._op_lock = threading.RLock()
+        m._retired_lock = threading.Lock()
 
 
-try:
-    os.register_at_fork(after_in_child=_reinit_after_fork)
-except Exception:  # pragma: no cover
-    pass
+forks.in_child(_reinit_after_fork)

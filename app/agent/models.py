@@ -22,13 +22,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
 from typing import Any
 
 from . import figures as _fig
+from . import forks
 from . import guard as _guard
 from . import log as _log
 from . import placement as _placement
@@ -438,15 +438,9 @@ class ModelTracker:
 
 def _reinit_after_fork() -> None:
     # Locks another thread held at fork time would stay held in the child.
-    try:
-        for t in list(_TRACKERS):
-            t._lock = threading.Lock()
-            t._refresh_lock = threading.Lock()
-    except BaseException:
-        pass
+    for t in list(_TRACKERS):
+        t._lock = threading.Lock()
+        t._refresh_lock = threading.Lock()
 
 
-try:
-    os.register_at_fork(after_in_child=_reinit_after_fork)
-except Exception:  # pragma: no cover
-    pass
+forks.in_child(_reinit_after_fork)
