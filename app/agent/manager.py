@@ -293,21 +293,17 @@ class Manager:
                 g.state = _guard.UNLOADING
                 g.transition = _Transition(rec, unloading=True)
                 try:
-                    idle = g.wait_idle(wait_s)
-                    running = "" if idle else g.running_text()
+                    if not g.wait_idle(wait_s):
+                        running = g.running_text()
+                        raise ActionError(protocol.REFUSED, "it is running%s (waited %.1f s)"
+                                          % (": " + running if running else "", wait_s))
                 except BaseException:
-                    idle, running = None, ""
-                if not idle:
-                    g.transition = None
-                    g.state = _guard.RESIDENT
-                    g.cond.notify_all()
-                    if idle is None:
-                        raise
-                    raise ActionError(protocol.REFUSED, "it is running%s (waited %.1f s)" % (
-                        ": " + running if running else "", wait_s))
+                    self._stays_resident(g)
+                    raise
             # Whatever fails from here to the copy leaves it resident as it was.
             try:
-                # A call that was running may have compiled, traced or captured it.
+                # A call that was running may have compiled, traced or captured
+                # it; fresh figures also name a weight dict no unload can watch.
                 blocker = eligibility.unload_blocker(module, g, self.tracker,
                                                      _fig.model_figures(module))
                 if blocker is not None:
@@ -316,7 +312,6 @@ class Manager:
                 # brings the model back: planned, copied and swapped, nothing
                 # moves under the user's feet.
                 modules = _fig.subtree(module)
-                storage.check_dicts(modules)
                 storage.swap_in_dicts(modules, g, rec)
                 self._plan(torch, module, modules, rec, to)
             except BaseException:
@@ -326,12 +321,16 @@ class Manager:
             return self._offload(torch, module, g, rec)
 
     @staticmethod
-    def _back_to_resident(g: Any) -> None:
-        """An unload that will not happen (lock not held)."""
+    def _stays_resident(g: Any) -> None:
+        """An unload that will not happen (``g.lock`` held)."""
+        g.transition = None
+        g.state = _guard.RESIDENT
+        g.cond.notify_all()
+
+    def _back_to_resident(self, g: Any) -> None:
+        """The same, lock not held."""
         with g.lock:
-            g.transition = None
-            g.state = _guard.RESIDENT
-            g.cond.notify_all()
+            self._stays_resident(g)
 
     def _plan(self, torch: Any, module: Any, modules: list, rec: "storage.Offload",
               to: str | None) -> None:

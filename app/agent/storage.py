@@ -207,16 +207,6 @@ def unchanged(groups: list) -> bool:
     return all(home_key(v.tensor) == v.home_ptr for g in groups for v in g.views)
 
 
-def check_dicts(modules: list) -> None:
-    """Refuse where a module's non-empty weight dict is not a plain dict or
-    OrderedDict (also an eligibility blocker; checked again here, after the
-    drain): a read of it could not bring the model back."""
-    for m in modules:
-        why = _fig.odd_dict(m)
-        if why is not None:
-            raise ActionError(protocol.REFUSED, "holds " + why)
-
-
 def check_not_reparametrized(torch: Any, modules: list) -> None:
     """Refuse while ``torch.func.functional_call`` has swapped a module's
     parameters for the caller's tensors (moving those would move the caller's)."""

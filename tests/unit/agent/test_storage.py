@@ -16,6 +16,7 @@ from app.agent import storage
 from app.agent.errors import ActionError
 
 from .test_manager import attach
+from .test_unload_edges import fork_and_check
 
 
 @pytest.fixture
@@ -184,18 +185,8 @@ def test_a_fork_during_an_unload_leaves_the_child_a_working_model(env, monkeypat
     t.start()
     in_copy.wait(10)
     assert tracker.guard(model).state == "unloading"
-    pid = os.fork()
-    if pid == 0:  # the child: the unloading thread does not exist here
-        code = 1
-        try:
-            import signal
-            signal.alarm(10)
-            with torch.no_grad():
-                code = 0 if torch.equal(model(x), ref) else 2
-        finally:
-            os._exit(code)
+    code = fork_and_check(model, x, ref)  # the unloading thread does not exist in the child
     forked.set()
-    _, status = os.waitpid(pid, 0)
     t.join(10)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert code == 0
     assert tracker.guard(model).state == "offloaded"  # the parent's unload went through

@@ -196,7 +196,9 @@ def test_unload_keeps_the_old_storages_for_the_grace_then_the_tick_drops_reloads
     assert old.data_ptr() != model[0].weight.untyped_storage().data_ptr()
 
 
-def _fork_and_check(model, x, ref) -> int:
+def fork_and_check(model, x, ref) -> int:
+    """Fork; the child calls the model and exits 0 when it gives ``ref``.
+    The child's exit code (a hang or a crash counts as a failure)."""
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -239,7 +241,7 @@ def test_a_fork_while_an_unload_drains_leaves_the_child_a_resident_model(env, mo
     while tracker.guard(model).state != "unloading" and time.monotonic() < deadline:
         time.sleep(0.005)
     assert tracker.guard(model).state == "unloading"
-    assert _fork_and_check(model, x, ref) == 0
+    assert fork_and_check(model, x, ref) == 0
     release.set()
     t.join(10)
     u.join(10)
@@ -269,7 +271,7 @@ def test_a_fork_while_a_reload_copies_leaves_the_child_a_model_that_reloads(env,
     assert in_copy.wait(10)
     assert tracker.guard(model).state == "reloading"
     monkeypatch.setattr(storage, "copy_back", real)  # the child's own reload copies at once
-    code = _fork_and_check(model, x, ref)
+    code = fork_and_check(model, x, ref)
     forked.set()
     r.join(10)
     assert code == 0
