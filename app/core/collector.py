@@ -106,16 +106,21 @@ class Collector:
         reported them, host fields unknown, rather than losing the tick."""
         live: set[int] = set()
         enriched = []
+        now = time.monotonic()  # one tick: a pid on several GPUs is read once
         for gpu in gpus:
             if gpu.processes:
                 live.update(p.pid for p in gpu.processes)
                 try:
-                    gpu = dataclasses.replace(gpu, processes=tuple(host.enrich(gpu.processes)))
+                    gpu = dataclasses.replace(gpu, processes=tuple(host.enrich(gpu.processes, now)))
                 except Exception:
                     log.exception("reading host details of GPU processes failed")
             enriched.append(gpu)
+        # A device whose process list is unknown this tick keeps its processes'
+        # cache (their CPU baselines, and "exited" rather than "not visible").
+        complete = all(g.state.value == "ok" and "processes" not in g.notes for g in gpus)
         try:
-            host.prune(live)
+            if complete:
+                host.prune(live)
         except Exception:
             log.exception("pruning host process cache failed")
         return tuple(enriched)

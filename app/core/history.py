@@ -16,8 +16,9 @@ memory and are filled as time passes (a row's slots from before it was claimed
 are masked on read, not cleared), so resident memory grows with the history
 actually held, up to the bound and never past it.
 
-Memory bound, per GPU: ``(fine + coarse slots) * (8 + 8 + 4 + 8)`` bytes for
-the device series and slot serials plus ``(fine + coarse slots) * 4 + 16`` bytes
+Memory bound, per GPU: ``(fine + coarse slots) * (8 + 8 + 4 + 8 + 8 + 8)`` bytes
+for the device series (used, utilisation, process total, unattributed), times
+and slot serials plus ``(fine + coarse slots) * 4 + 16`` bytes
 per process row, at most ``max_process_rows`` rows.  With the defaults (250 ms,
 1 h, 24 h at 5 s, 128 rows) that is 0.85 MiB + 128 * 124 KiB ≈ 16.3 MiB per GPU.
 
@@ -58,10 +59,10 @@ class HistoryConfig:
 
     def bound_bytes_per_gpu(self) -> int:
         # Per ring slot: time f8 + used f8 + util f4 + serial i8 + process total
-        # f8; per process row: one f4 per slot plus its i8 ``row_since`` in each
-        # of the 2 rings.
+        # f8 + unattributed f8; per process row: one f4 per slot plus its i8
+        # ``row_since`` in each of the 2 rings.
         slots = self.fine_slots + self.coarse_slots
-        return slots * (8 + 8 + 4 + 8 + 8) + self.max_process_rows * (slots * 4 + 2 * 8)
+        return slots * (8 + 8 + 4 + 8 + 8 + 8) + self.max_process_rows * (slots * 4 + 2 * 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,8 @@ class SeriesView:
     only the keys asked for when the view was made with ``keys``.
     ``process_total`` is the sum over *all* processes per slot (the peak of
     that sum in the coarse ring), so "everything else" needs no other rows.
+    ``unattributed`` is ``GpuSample.unattributed_memory`` per slot (its peak
+    in the coarse ring), NaN where unknown.
     """
 
     t: np.ndarray
@@ -81,6 +84,7 @@ class SeriesView:
     util: np.ndarray
     processes: dict[ProcessKey, np.ndarray]
     process_total: np.ndarray = field(default_factory=lambda: np.empty(0))
+    unattributed: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
 class _Ring:
@@ -93,6 +97,7 @@ class _Ring:
         self.used = np.empty(slots, dtype=np.float64)
         self.util = np.empty(slots, dtype=np.float32)
         self.proc_total = np.empty(slots, dtype=np.float64)  # bytes, all processes
+        self.unattributed = np.empty(slots, dtype=np.float64)  # bytes, NaN = unknown
         self.serial = np.empty(slots, dtype=np.int64)  # write number held by each slot
         # All rows up front, in lazily committed memory: a page becomes
         # resident only when a process's values are first written to it.
@@ -115,12 +120,14 @@ class _Ring:
         return series
 
     def push(self, t: float, used: float, util: float, row_values: np.ndarray | None,
-             active_rows: int, proc_total: float = float("nan")) -> int:
+             active_rows: int, proc_total: float = float("nan"),
+             unattributed: float = float("nan")) -> int:
         slot = self.head
         self.time[slot] = t
         self.used[slot] = used
         self.util[slot] = util
         self.proc_total[slot] = proc_total
+        self.unattributed[slot] = unattributed
         self.serial[slot] = self.written
         self.written += 1
         if active_rows:
@@ -229,7 +236,9 @@ class GpuHistory:
         used = float("nan") if gpu.memory_used is None else float(gpu.memory_used)
         util = float("nan") if gpu.utilization_gpu is None else float(gpu.utilization_gpu)
         total = float(proc_total) if known else float("nan")
-        slot = self.fine.push(now, used, util, values, self._next_row, total)
+        unattributed = gpu.unattributed_memory
+        slot = self.fine.push(now, used, util, values, self._next_row, total,
+                              float("nan") if unattributed is None else float(unattributed))
         self._roll_coarse(now, slot)
 
     def _roll_coarse(self, now: float, slot: int) -> None:
@@ -250,11 +259,12 @@ class GpuHistory:
             used = _nanmax(fine.used[cols])
             util = _nanmax(fine.util[cols])
             proc_total = _nanmax(fine.proc_total[cols])
+            unattributed = _nanmax(fine.unattributed[cols])
             block = fine.rows[:rows][:, cols]
             stale = fine.serial[cols][None, :] < fine.row_since[:rows][:, None]
             block[stale] = np.nan
             row_peaks = np.nanmax(block, axis=1) if rows else None
-        self.coarse.push(now, used, util, row_peaks, rows, proc_total)
+        self.coarse.push(now, used, util, row_peaks, rows, proc_total, unattributed)
         self._bucket_start = now
         self._bucket_first_slot = (slot + 1) % fine.slots
         self._expire(now)
@@ -296,7 +306,7 @@ class GpuHistory:
             if not np.all(np.isnan(series)):
                 procs[key] = series
         return SeriesView(t, ring.used[order], ring.util[order].astype(np.float64), procs,
-                          ring.proc_total[order])
+                          ring.proc_total[order], ring.unattributed[order])
 
 
 class History:

@@ -13,7 +13,9 @@ Failure model (see ``app.core.source``):
 * a field the GPU cannot report -> ``None`` plus a note in ``GpuSample.notes``;
 * ``GPU_IS_LOST`` -> that device reports ``DeviceState.LOST`` from then on and
   NVML is never called on it again (calls on a lost GPU can hang);
-* any other NVML error on a device -> ``DeviceState.ERROR`` for that tick;
+* any other NVML error on one field -> that field ``None`` with the error in
+  its note, for that tick only; the other fields are still read;
+* a device whose handle or static fields cannot be read -> ``DeviceState.ERROR``;
 * the driver going away -> :class:`SourceUnavailable` (code ``driver_lost``).
 
 Not thread-safe: one sampler thread owns the source.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from app.core import nvml_lists
 from app.core.samples import DeviceState, GpuSample, ProcessSample
 from app.core.source import GpuSource, SourceUnavailable
 
@@ -49,6 +52,9 @@ _DRIVER_GONE = frozenset({_UNINITIALIZED, _DRIVER_NOT_LOADED, _LIBRARY_NOT_FOUND
 _MEM_V2_FALLBACK = frozenset({_FUNCTION_NOT_FOUND, _NOT_SUPPORTED, _ARGUMENT_VERSION_MISMATCH})
 #: Errors meaning "this GPU/driver will never report this field".
 _UNSUPPORTED = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND})
+#: Errors about the device, not the field asked: the whole device is ERROR this tick.
+_DEVICE_LEVEL = frozenset({10, 11, 14, 16, _LIB_RM_VERSION_MISMATCH})  # TIMEOUT, IRQ_ISSUE,
+# CORRUPTED_INFOROM, RESET_REQUIRED, LIB_RM_VERSION_MISMATCH
 
 _NVML_TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 _MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
@@ -74,7 +80,7 @@ class _Device:
     __slots__ = (
         "index", "mig_index", "handle", "name", "uuid", "memory_total", "power_limit",
         "mem_version", "procs", "procs_fallback", "last_ts", "sm", "sm_at", "sm_first", "skip", "notes",
-        "error", "is_mig", "mig_parent",
+        "error", "is_mig", "mig_parent", "temperature_v", "buffers",
     )
 
     def __init__(self, index: int, mig_index: int | None, handle: Any) -> None:
@@ -99,6 +105,8 @@ class _Device:
         self.error: str | None = None  # permanent failure found in open()
         self.is_mig = mig_index is not None
         self.mig_parent = False  # MIG enabled: processes shown on the MIG devices
+        self.temperature_v = True  # nvmlDeviceGetTemperatureV until the driver lacks it
+        self.buffers: dict[str, Any] = {}  # reused arrays of the list queries (nvml_lists)
 
 
 def _text(value: Any) -> str:
@@ -124,6 +132,8 @@ class NvmlSource(GpuSource):
         self._driver_lost: SourceUnavailable | None = None
         self._errors: tuple[type[BaseException], ...] = ()
         self._mem_v2: int | None = None
+        self._temperature_v1: int | None = None  # nvmlTemperature_v1 of the bindings
+        self._direct = False  # list queries through reused buffers (nvml_lists)
 
     # ------------------------------------------------------------------ open
     def open(self) -> None:
@@ -145,6 +155,8 @@ class NvmlSource(GpuSource):
         # NVMLLibraryMismatchError, which is not an NVMLError: catch both.
         self._errors = (nvml.NVMLError,) + ((mismatch,) if mismatch else ())
         self._mem_v2 = getattr(nvml, "nvmlMemory_v2", None)
+        self._temperature_v1 = getattr(nvml, "nvmlTemperature_v1", None)
+        self._direct = nvml_lists.direct_calls(nvml)
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as err:
@@ -339,11 +351,17 @@ class NvmlSource(GpuSource):
         notes = dict(dev.notes)
 
         total = used = free = reserved = None
-        memory = self._read_memory(dev)
-        if memory is None:
-            notes["memory"] = NA_NOT_SUPPORTED
+        try:
+            memory = self._read_memory(dev)
+        except nvml.NVMLError as err:
+            if _fatal(err):
+                raise
+            notes["memory"] = _na(err)
         else:
-            total, used, free, reserved = memory
+            if memory is None:
+                notes["memory"] = NA_NOT_SUPPORTED
+            else:
+                total, used, free, reserved = memory
 
         util_gpu = util_mem = None
         if "utilization" not in skip:
@@ -357,7 +375,7 @@ class NvmlSource(GpuSource):
         temperature = None
         if "temperature" not in skip:
             try:
-                temperature = float(nvml.nvmlDeviceGetTemperature(handle, _NVML_TEMPERATURE_GPU))
+                temperature = self._temperature(dev)
             except nvml.NVMLError as err:
                 notes["temperature"] = self._field_note(err, dev, "temperature")
 
@@ -380,9 +398,26 @@ class NvmlSource(GpuSource):
             processes=processes, notes=notes, mig_index=dev.mig_index,
         )
 
+    def _temperature(self, dev: _Device) -> float:
+        """GPU temperature in °C: ``nvmlDeviceGetTemperatureV`` (NVML 12.5+),
+        else the older call it replaces (deprecated in NVML 13, so a newer
+        driver may lack it).  The first missing-function answer settles the
+        choice for the device."""
+        nvml = self._nvml
+        if dev.temperature_v and self._temperature_v1 is not None:
+            try:
+                return float(nvml.nvmlDeviceGetTemperatureV(
+                    dev.handle, _NVML_TEMPERATURE_GPU, self._temperature_v1))
+            except nvml.NVMLError as err:
+                if err.value not in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH):
+                    raise
+                dev.temperature_v = False
+        return float(nvml.nvmlDeviceGetTemperature(dev.handle, _NVML_TEMPERATURE_GPU))
+
     def _field_note(self, err: Any, dev: _Device, field: str) -> str:
         """Note for an optional field; unsupported fields are not asked again.
-        Errors other than not-supported/no-permission propagate (device ERROR)."""
+        Lost GPU, driver gone and device-level errors propagate (device state);
+        any other error leaves the field unknown for this tick."""
         code = err.value
         if code in _UNSUPPORTED:
             dev.skip.add(field)
@@ -393,7 +428,9 @@ class NvmlSource(GpuSource):
             return NA_NOT_SUPPORTED
         if code == _NO_PERMISSION:
             return NA_NO_PERMISSION
-        raise err
+        if _fatal(err):
+            raise err
+        return _na(err)  # this tick only: asked again next tick
 
     def _read_memory(self, dev: _Device) -> tuple[int, int, int, int | None] | None:
         """(total, used, free, reserved) in bytes, or None if unsupported.
@@ -427,6 +464,10 @@ class NvmlSource(GpuSource):
     def _process_functions(self, dev: _Device) -> None:
         """Pick v3 process lists with v2 as the one-time fallback."""
         nvml = self._nvml
+        if self._direct:
+            dev.procs = self._direct_pair(dev, "v3")  # type: ignore[assignment]
+            dev.procs_fallback = self._direct_pair(dev, "v2")  # type: ignore[assignment]
+            return
         v3 = (
             getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", None)
             or nvml.nvmlDeviceGetComputeRunningProcesses,
@@ -438,10 +479,26 @@ class NvmlSource(GpuSource):
         dev.procs = v3
         dev.procs_fallback = (c2, g2) if c2 and g2 else None
 
+    def _direct_pair(self, dev: _Device, version: str
+                     ) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """Compute and graphics list readers of one struct version, each one
+        driver call into a buffer kept on the device (see nvml_lists)."""
+        nvml, buffers = self._nvml, dev.buffers
+
+        def reader(name: str) -> Callable[[Any], Any]:
+            return lambda handle: nvml_lists.process_list(nvml, name, handle, buffers)
+
+        return (reader(f"nvmlDeviceGetComputeRunningProcesses_{version}"),
+                reader(f"nvmlDeviceGetGraphicsRunningProcesses_{version}"))
+
     def _processes(self, dev: _Device, notes: dict[str, str]) -> tuple[ProcessSample, ...]:
         """Compute and graphics lists merged by pid, with SM % attached."""
         if dev.procs is None:
             self._process_functions(dev)
+            if _cc_v3_driver(self._driver) and dev.procs_fallback is not None:
+                # 535.43-535.86 wrote 32-byte _v3 entries against a 24-byte
+                # struct (figures garbled): their _v2 lists are right.
+                dev.procs, dev.procs_fallback = dev.procs_fallback, None
         handle = dev.handle
         while True:
             compute_fn, graphics_fn = dev.procs  # type: ignore[misc]
@@ -462,7 +519,10 @@ class NvmlSource(GpuSource):
                 if code == _NO_PERMISSION:
                     notes["processes"] = NA_NO_PERMISSION
                     return ()
-                raise
+                if code in _DRIVER_GONE or code == _GPU_IS_LOST or code in _DEVICE_LEVEL:
+                    raise
+                notes["processes"] = _na(err)  # this tick only
+                return ()
 
         # pid -> [memory, kind bits].  A pid in both lists is one allocation
         # reported twice (a CUDA context that also renders), so the memory is
@@ -470,8 +530,11 @@ class NvmlSource(GpuSource):
         merged: dict[int, list[Any]] = {}
         for bit, plist in ((1, compute), (2, graphics)):
             for proc in plist:
-                pid = proc.pid
-                memory = _mem(proc.usedGpuMemory)
+                if type(proc) is tuple:  # (pid, bytes) from nvml_lists
+                    pid, memory = proc
+                else:
+                    pid = proc.pid
+                    memory = _mem(proc.usedGpuMemory)
                 entry = merged.get(pid)
                 if entry is None:
                     merged[pid] = [memory, bit]
@@ -504,7 +567,10 @@ class NvmlSource(GpuSource):
         nvml = self._nvml
         samples: Any = ()
         try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(dev.handle, dev.last_ts)
+            if self._direct:
+                samples = nvml_lists.process_utilization(nvml, dev.handle, dev.last_ts, dev.buffers)
+            else:
+                samples = nvml.nvmlDeviceGetProcessUtilization(dev.handle, dev.last_ts)
         except nvml.NVMLError as err:
             code = err.value
             if code in (_NOT_FOUND, _SUCCESS):
@@ -522,10 +588,12 @@ class NvmlSource(GpuSource):
                 # A per-process extra: degrade it rather than the whole device.
                 notes["sm_util"] = f"n/a ({err})"
         if samples:
-            last_ts = dev.last_ts
+            seen_ts = last_ts = dev.last_ts
             newest: dict[int, tuple[int, int]] = {}
             for sample in samples:
                 ts = sample.timeStamp
+                if ts <= seen_ts:
+                    continue  # drivers also return samples already seen: not new activity
                 if ts > last_ts:
                     last_ts = ts
                 pid = sample.pid
@@ -565,9 +633,28 @@ class NvmlSource(GpuSource):
         return sm  # type: ignore[return-value]
 
 
+def _na(err: Any) -> str:
+    """Note for a field an NVML error left unknown this tick."""
+    code = err.value
+    if code in _UNSUPPORTED:
+        return NA_NOT_SUPPORTED
+    if code == _NO_PERMISSION:
+        return NA_NO_PERMISSION
+    return f"n/a ({err})"
+
+
 def _fatal(err: Any) -> bool:
     """Errors that must reach the device/driver level handlers."""
-    return err.value == _GPU_IS_LOST or err.value in _DRIVER_GONE
+    return err.value == _GPU_IS_LOST or err.value in _DRIVER_GONE or err.value in _DEVICE_LEVEL
+
+
+def _cc_v3_driver(version: str | None) -> bool:
+    """Drivers 535.43 to 535.86, whose ``_v3`` process entries are 32 bytes."""
+    try:
+        major, minor = (int(x) for x in (version or "").split(".")[:2])
+    except ValueError:
+        return False
+    return major == 535 and 43 <= minor <= 86
 
 
 def _open_error(err: Any) -> SourceUnavailable:

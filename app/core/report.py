@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Any
 
-from app.core.samples import GpuSample, ProcessSample, Snapshot
+from app.core.samples import Container, GpuSample, ProcessSample, Snapshot
 
 GiB = 1024**3
 MiB = 1024**2
@@ -30,7 +30,14 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
         "kind": p.kind,
         "create_time": p.create_time,
         "host_status": p.host_status.value,
+        "container": container_to_json(p.container),
     }
+
+
+def container_to_json(c: Container | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"runtime": c.runtime, "id": c.id, "name": c.name, "pod": c.pod}
 
 
 def gpu_to_json(g: GpuSample) -> dict[str, Any]:
@@ -50,6 +57,7 @@ def gpu_to_json(g: GpuSample) -> dict[str, Any]:
         "temperature": g.temperature,
         "power_draw": g.power_draw,
         "power_limit": g.power_limit,
+        "unattributed_memory": g.unattributed_memory,
         "notes": dict(g.notes),
         "processes": [process_to_json(p) for p in g.processes],
     }
@@ -100,7 +108,13 @@ def snapshot_to_table(s: Snapshot, width: int = 120) -> str:
         for p in sorted(g.processes, key=lambda p: -(p.gpu_memory or 0)):
             who = p.user or (p.host_status.label or "?")
             what = p.command or p.host_status.label or p.name or "?"
+            if p.container is not None:
+                what = f"[{p.container.label}] {what}"  # before the command, which may be cut
             row = (f"    {p.pid:>7}  {who:<10.10} {_size(p.gpu_memory):>10}  "
                    f"SM {_pct(p.sm_util):>5}  CPU {_pct(p.cpu_percent):>6}  {what}")
             lines.append(row[:width])
+        unattributed = g.unattributed_memory
+        if unattributed:  # unknown or 0: nothing to say
+            # Its size in the processes' memory column ("unattributed" spans pid and user).
+            lines.append(f"    {'unattributed':<19} {_size(unattributed):>10}"[:width])
     return "\n".join(lines)

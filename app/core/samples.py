@@ -41,6 +41,27 @@ _HOST_STATUS_LABELS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Container:
+    """The container a process runs in, as its cgroup path names it."""
+
+    runtime: str  # "docker", "podman", "containerd", "cri-o", "lxc"
+    id: str  # container id as the runtime spells it (64 hex for OCI runtimes)
+    name: str | None = None  # human name where a local, readable source gives it
+    pod: str | None = None  # Kubernetes pod uid, for containers in a pod
+
+    @property
+    def short_id(self) -> str:
+        """The 12-character id ``docker ps`` shows (names are kept whole)."""
+        return self.id[:12] if all(c in "0123456789abcdef" for c in self.id) else self.id
+
+    @property
+    def label(self) -> str:
+        """What the process table shows: "docker trainer", "podman 3f4e2a1b9c0d"."""
+        runtime = f"{self.runtime} (k8s)" if self.pod else self.runtime
+        return f"{runtime} {self.name or self.short_id}"
+
+
 class ProcessSample(NamedTuple):
     """One process on one GPU at one instant."""
 
@@ -56,6 +77,7 @@ class ProcessSample(NamedTuple):
     host_rss: int | None = None  # bytes
     create_time: float | None = None  # epoch seconds
     host_status: HostStatus = HostStatus.OK
+    container: Container | None = None  # None: not in a container (or not visible)
 
     @property
     def key(self) -> tuple[int, float | None]:
@@ -97,6 +119,26 @@ class GpuSample:
         if not self.display_id:
             ident = str(self.index) if self.mig_index is None else f"{self.index}/mig{self.mig_index}"
             object.__setattr__(self, "display_id", ident)
+
+    @property
+    def unattributed_memory(self) -> int | None:
+        """Bytes in use that no listed process holds: other containers' or
+        other namespaces' processes the driver does not list, memory of
+        exited processes the driver has not yet released, and the driver's
+        own allocations.  ``memory_used - sum(process memory)``, floored at 0
+        (the process list is read a moment after the memory figure).
+        None when either side is unknown: used memory, the process list
+        (not supported, no permission, MIG parent) or any process's memory."""
+        if self.state is not DeviceState.OK or self.memory_used is None:
+            return None
+        if "processes" in self.notes:
+            return None
+        held = 0
+        for p in self.processes:
+            if p.gpu_memory is None:
+                return None
+            held += p.gpu_memory
+        return max(0, self.memory_used - held)
 
     @property
     def memory_fraction(self) -> float | None:

@@ -149,3 +149,19 @@ def test_processes_match_nvidia_smi(holder: int | None) -> None:
             assert within_mib(by_key[key]["gpu_memory"], smi_mib) or within_mib(
                 by_key[key]["gpu_memory"], apps_before[key]
             ), (key, by_key[key], smi_mib)
+
+
+def test_temperature_and_unattributed_memory_agree_with_nvidia_smi(holder: int | None) -> None:
+    """Temperature (read through nvmlDeviceGetTemperatureV where the driver has
+    it) within 2 °C of nvidia-smi's; unattributed memory is used minus what the
+    listed processes hold, in the same JSON."""
+    temps = {uuid: int(t) for uuid, t in smi("--query-gpu=uuid,temperature.gpu") if t.isdigit()}
+    report = status_json()
+    for gpu in report["gpus"]:
+        if gpu["uuid"] in temps:
+            assert gpu["temperature"] is not None and abs(gpu["temperature"] - temps[gpu["uuid"]]) <= 2
+        held = [p["gpu_memory"] for p in gpu["processes"]]
+        if gpu["memory_used"] is None or None in held or "processes" in gpu["notes"]:
+            assert gpu["unattributed_memory"] is None
+        else:
+            assert gpu["unattributed_memory"] == max(0, gpu["memory_used"] - sum(held))

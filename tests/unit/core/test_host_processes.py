@@ -376,3 +376,209 @@ def test_exited_in_fake_after_being_seen():
     assert out.host_status is HostStatus.EXITED
     [out] = reader.enrich([gpu_proc(31)])
     assert out.host_status is HostStatus.NOT_VISIBLE
+
+
+# -- the /proc path (Linux): one read per pid per tick --------------------------
+
+linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")
+
+BUSY = [sys.executable, "-c",
+        "import time; print('ready', flush=True)\nwhile True: pass"]
+
+
+@linux_only
+def test_each_tick_reads_one_proc_file_per_pid(spawn, monkeypatch):
+    children = [spawn() for _ in range(3)]
+    reader = HostProcessReader()
+    samples = [gpu_proc(c.pid) for c in children]
+    reader.enrich(samples)  # first sight: static fields through psutil
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("app.core.host_processes.os.open", counting_open)
+    monkeypatch.setattr(psutil, "Process", None)  # no psutil call once a pid is known
+    for _ in range(3):
+        out = reader.enrich(samples)
+        assert all(p.host_status is HostStatus.OK for p in out)
+    assert opened == [f"/proc/{c.pid}/stat" for c in children] * 3
+
+
+@linux_only
+def test_create_time_is_exactly_psutils(spawn):
+    child = spawn()
+    [out] = HostProcessReader().enrich([gpu_proc(child.pid)])
+    assert out.create_time == psutil.Process(child.pid).create_time()
+
+
+@linux_only
+def test_cpu_percent_of_a_busy_process_matches_psutil(spawn):
+    child = spawn(BUSY)
+    reader = HostProcessReader()
+    truth = psutil.Process(child.pid)
+    reader.enrich([gpu_proc(child.pid)])
+    truth.cpu_percent()
+    time.sleep(0.5)
+    [out] = reader.enrich([gpu_proc(child.pid)])
+    expected = truth.cpu_percent()
+    assert out.cpu_percent is not None and out.cpu_percent > 10  # a spinning loop (on a busy CI too)
+    assert out.cpu_percent == pytest.approx(expected, abs=15)
+
+
+def write_proc(root, pid: int, *, start: int, utime: int = 10, stime: int = 5,
+               rss_pages: int = 1000, comm: str = "python", cgroup: str | None = None) -> None:
+    """A /proc/<pid>/stat laid out as proc(5) says (comm may hold spaces and parens)."""
+    (root / "stat").write_text("cpu  1 2 3 4\nbtime 1700000000\n")
+    d = root / str(pid)
+    d.mkdir(exist_ok=True)
+    fields = ["S", "1", str(pid), str(pid), "0", "-1", "4194304", "100", "0", "0", "0",
+              str(utime), str(stime), "0", "0", "20", "0", "1", "0", str(start), "123456789",
+              str(rss_pages)] + ["0"] * 30
+    (d / "stat").write_text(f"{pid} ({comm}) " + " ".join(fields) + "\n")
+    if cgroup is not None:
+        (d / "cgroup").write_text(cgroup)
+
+
+def test_proc_path_detects_pid_reuse_from_the_start_time(tmp_path):
+    ps = FakePsutil()
+    ps.table[40] = FakeProc(name="python", cmdline=["python", "old.py"])
+    write_proc(tmp_path, 40, start=5000, rss_pages=256)
+    reader = HostProcessReader(ps, proc_root=str(tmp_path))
+    [old] = reader.enrich([gpu_proc(40)])
+    assert old.command == "python old.py" and old.host_rss == 256 * os.sysconf("SC_PAGE_SIZE")
+    assert old.create_time == 5000 / os.sysconf("SC_CLK_TCK") + 1700000000
+    # The kernel hands pid 40 to a new process: a new start time in the same read.
+    ps.table[40] = FakeProc(name="ffmpeg", username="bob", cmdline=["ffmpeg", "-i", "x.mp4"])
+    write_proc(tmp_path, 40, start=9000, comm="ffmpeg) (x")
+    [new] = reader.enrich([gpu_proc(40)])
+    assert (new.name, new.user, new.command) == ("ffmpeg", "bob", "ffmpeg -i x.mp4")
+    assert new.key != old.key and new.cpu_percent is None  # no CPU baseline for a new process
+
+
+def test_proc_path_cpu_percent_from_tick_deltas(tmp_path):
+    ps = FakePsutil()
+    ps.table[41] = FakeProc()
+    write_proc(tmp_path, 41, start=100, utime=1000, stime=0)
+    reader = HostProcessReader(ps, proc_root=str(tmp_path))
+    [first] = reader.enrich([gpu_proc(41)], now=10.0)
+    assert first.cpu_percent is None  # unknown on first sight, not 0
+    ticks = os.sysconf("SC_CLK_TCK")
+    write_proc(tmp_path, 41, start=100, utime=1000 + 3 * ticks, stime=0)  # 3 s of CPU in 2 s
+    [second] = reader.enrich([gpu_proc(41)], now=12.0)
+    assert second.cpu_percent == 150.0
+
+
+def test_proc_path_reads_the_container_once(tmp_path):
+    ps = FakePsutil()
+    ps.table[42] = FakeProc()
+    cid = "3f4e2a1b9c0d" + "ab" * 26
+    write_proc(tmp_path, 42, start=100, cgroup=f"0::/system.slice/docker-{cid}.scope\n")
+    reader = HostProcessReader(ps, proc_root=str(tmp_path))
+    [out] = reader.enrich([gpu_proc(42)])
+    assert out.container is not None
+    assert (out.container.runtime, out.container.id) == ("docker", cid)
+    (tmp_path / "42" / "cgroup").unlink()
+    [again] = reader.enrich([gpu_proc(42)])
+    assert again.container == out.container  # cached for the life of the process
+
+
+def test_proc_path_hidden_pid_is_access_denied_with_known_fields(tmp_path, monkeypatch):
+    ps = FakePsutil()
+    ps.table[43] = FakeProc()
+    write_proc(tmp_path, 43, start=100)
+    reader = HostProcessReader(ps, proc_root=str(tmp_path))
+    [seen] = reader.enrich([gpu_proc(43)])
+    real_open = os.open
+
+    def hidepid(path, *args, **kwargs):
+        if str(path).endswith("/43/stat"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("app.core.host_processes.os.open", hidepid)
+    [out] = reader.enrich([gpu_proc(43)])
+    assert out.host_status is HostStatus.ACCESS_DENIED
+    assert out.command == seen.command and out.cpu_percent is None and out.host_rss is None
+    [unknown] = HostProcessReader(ps, proc_root=str(tmp_path)).enrich([gpu_proc(43)])
+    assert unknown.host_status is HostStatus.ACCESS_DENIED and unknown.name is None
+
+
+def test_proc_path_exited_and_never_seen(tmp_path):
+    ps = FakePsutil()
+    ps.table[44] = FakeProc()
+    write_proc(tmp_path, 44, start=100)
+    reader = HostProcessReader(ps, proc_root=str(tmp_path))
+    [alive] = reader.enrich([gpu_proc(44)])
+    (tmp_path / "44" / "stat").unlink()
+    [gone] = reader.enrich([gpu_proc(44)])
+    assert gone.host_status is HostStatus.EXITED and gone.command == alive.command
+    [never] = reader.enrich([gpu_proc(45)])
+    assert never.host_status is HostStatus.NOT_VISIBLE
+
+
+@linux_only
+def test_a_pid_on_two_gpus_is_read_once_per_tick_and_shows_the_same_figures(spawn, monkeypatch):
+    child = spawn(BUSY)
+    reader = HostProcessReader()
+    reader.enrich([gpu_proc(child.pid)], now=time.monotonic())
+    time.sleep(0.3)
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("app.core.host_processes.os.open", counting_open)
+    now = time.monotonic()
+    [on_gpu0] = reader.enrich([gpu_proc(child.pid)], now)
+    time.sleep(0.01)  # another GPU's process list, a moment later in the same tick
+    [on_gpu1] = reader.enrich([gpu_proc(child.pid)], now)
+    assert opened == [f"/proc/{child.pid}/stat"]
+    assert on_gpu0.cpu_percent == on_gpu1.cpu_percent and on_gpu0.cpu_percent > 10
+    assert on_gpu0.host_rss == on_gpu1.host_rss
+
+
+def test_psutil_path_reads_a_pid_once_per_tick():
+    ps = FakePsutil()
+    ps.table[50] = FakeProc(cpu=42.0)
+    reader = HostProcessReader(ps)
+    reader.enrich([gpu_proc(50)], now=1.0)
+    ps.calls.clear()
+    first = reader.enrich([gpu_proc(50)], now=2.0)
+    second = reader.enrich([gpu_proc(50)], now=2.0)
+    assert first == second and first[0].cpu_percent == 42.0
+    assert [c for c in ps.calls if c[1] == "cpu_percent"] == [(50, "cpu_percent")]
+
+
+def test_a_pid_exiting_mid_tick_reads_exited_on_each_of_its_gpus(tmp_path):
+    ps = FakePsutil()
+    ps.table[46] = FakeProc(cmdline=["python", "ddp.py"])
+    write_proc(tmp_path, 46, start=100)
+    reader = HostProcessReader(ps, proc_root=str(tmp_path))
+    reader.enrich([gpu_proc(46)], now=1.0)
+    (tmp_path / "46" / "stat").unlink()
+    first = reader.enrich([gpu_proc(46)], now=2.0)
+    second = reader.enrich([gpu_proc(46)], now=2.0)  # its row on another GPU
+    assert first == second
+    assert first[0].host_status is HostStatus.EXITED and first[0].command == "python ddp.py"
+    [later] = reader.enrich([gpu_proc(46)], now=3.0)
+    assert later.host_status is HostStatus.EXITED and later.command == "python ddp.py"
+
+
+def test_an_odd_proc_answer_for_one_pid_leaves_only_its_figures_unknown(tmp_path):
+    ps = FakePsutil()
+    ps.table[47] = FakeProc()
+    ps.table[48] = FakeProc(name="other")
+    write_proc(tmp_path, 47, start=100)
+    write_proc(tmp_path, 48, start=200)
+    reader = HostProcessReader(ps, proc_root=str(tmp_path))
+    reader.enrich([gpu_proc(47), gpu_proc(48)], now=1.0)
+    (tmp_path / "47" / "stat").write_text("47 (python) S 1 2 3 x y z\n")  # truncated, not numbers
+    odd, fine = reader.enrich([gpu_proc(47), gpu_proc(48)], now=2.0)
+    assert odd.host_rss is None and odd.cpu_percent is None and odd.name == "python"
+    assert odd.host_status is HostStatus.OK  # still there: not "exited"
+    assert fine.host_status is HostStatus.OK and fine.host_rss is not None

@@ -355,19 +355,20 @@ def test_field_no_permission_is_none_with_note(function, fields):
     assert not any(f in sample.notes for f in fields)
 
 
-def test_unknown_error_on_a_device_is_error_state_others_keep_reporting():
-    bad = FakeGpu().fail_with("nvmlDeviceGetTemperature", pynvml.NVML_ERROR_UNKNOWN)
+def test_unknown_error_on_one_field_leaves_that_field_unknown_and_the_rest_exact():
+    bad = FakeGpu(used=3 * GiB).fail_with("nvmlDeviceGetTemperature", pynvml.NVML_ERROR_UNKNOWN)
     good = FakeGpu(used=2 * GiB)
     source, _ = opened(bad, good)
     first, second = source.read()
-    assert first.state is DeviceState.ERROR
-    assert "Unknown Error" in first.message
-    assert first.memory_used is None
+    assert first.state is DeviceState.OK
+    assert first.temperature is None and "Unknown Error" in first.notes["temperature"]
+    assert first.memory_used == 3 * GiB  # the other fields are still read
     assert second.state is DeviceState.OK and second.memory_used == 2 * GiB
-    # transient: once the error goes away the device reports again
+    # transient: once the error goes away the field reports again
     del bad.fail["nvmlDeviceGetTemperature"]
     first, _ = source.read()
     assert first.state is DeviceState.OK and first.temperature == 55.0
+    assert "temperature" not in first.notes
 
 
 def test_handle_lookup_error_at_open_reports_error_without_calls():
@@ -386,7 +387,8 @@ def test_transient_memory_error_at_open_does_not_condemn_the_device():
     gpu = FakeGpu(used=2 * GiB).fail_with("nvmlDeviceGetMemoryInfo_v2", pynvml.NVML_ERROR_UNKNOWN)
     source, _ = opened(gpu)
     sample = only(source.read())
-    assert sample.state is DeviceState.ERROR and "Unknown Error" in sample.message
+    assert sample.memory_used is None and "Unknown Error" in sample.notes["memory"]
+    assert sample.temperature == 55.0  # the rest of the device still reads
     del gpu.fail["nvmlDeviceGetMemoryInfo_v2"]
     sample = only(source.read())
     assert sample.state is DeviceState.OK
