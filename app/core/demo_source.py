@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from app.core.samples import GpuSample, HostStatus, ProcessSample
+from app.core.samples import Container, GpuSample, HostStatus, ProcessSample
 from app.core.source import GpuSource
 
 GiB = 1024**3
@@ -28,6 +28,10 @@ MiB = 1024**2
 # Memory shapes over a process's own lifetime.
 CONSTANT, SAWTOOTH, LEAK, RAMP = range(4)
 
+#: Seconds the driver keeps an exited process's memory before releasing it:
+#: for that long the memory still counts as used but no process lists it.
+RELEASE_S = 1.25
+
 
 @dataclass(frozen=True, slots=True)
 class DemoGpu:
@@ -35,7 +39,9 @@ class DemoGpu:
     memory_total: int  # bytes
     power_limit: float  # watts
     memory_reserved: int = 0  # bytes held by the driver (as NVML v2 reports)
-    overhead: int = 0  # bytes used outside any listed process
+    # Used memory no listed process holds (what the UI shows as "unattributed"):
+    overhead: int = 0  # bytes of the driver's own allocations, always there
+    context_overhead: int = 0  # bytes per listed process (page tables, channels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +66,22 @@ class DemoProcess:
     cpu: float = 5.0  # typical CPU %
     rss: float = 2 * GiB  # typical host RSS in bytes
     pid: int = 0
+    container: Container | None = None
 
 
+# A desktop card driving the display (the driver's allocations include the
+# display's), and a data-centre card.
 DEFAULT_GPUS = (
-    DemoGpu("NVIDIA GeForce RTX 4090 (demo)", 24 * GiB, 450.0, 431 * MiB, 182 * MiB),
-    DemoGpu("NVIDIA A100-SXM4-80GB (demo)", 80 * GiB, 400.0, 546 * MiB, 95 * MiB),
+    DemoGpu("NVIDIA GeForce RTX 4090 (demo)", 24 * GiB, 450.0, 431 * MiB, 243 * MiB, 6 * MiB),
+    DemoGpu("NVIDIA A100-SXM4-80GB (demo)", 80 * GiB, 400.0, 546 * MiB, 187 * MiB, 5 * MiB),
 )
+
+# The LLM server runs in a named docker container; alice's eval job in her own
+# rootless podman, whose container names this user cannot read (id only).
+VLLM_CONTAINER = Container(
+    "docker", "f61cdf0a332ff73600f9c2a871a2c5e664de15377d79c43b2ed583f841207518", "vllm-llama3")
+EVAL_CONTAINER = Container(
+    "podman", "de9b9a136ccecd78d29bc7a38afad56a9aaed2022f8319052eb162798a711c55")
 
 DEFAULT_PROCESSES = (
     DemoProcess(0, "Xorg", "/usr/lib/xorg/Xorg vt2 -displayfd 3", "root", CONSTANT,
@@ -77,13 +93,13 @@ DEFAULT_PROCESSES = (
                 CONSTANT, 4.6 * GiB, sm=0, sm_jitter=0, cpu=0.3, rss=5.2 * GiB, pid=18822),
     DemoProcess(1, "python", "python -m vllm.entrypoints.openai.api_server --model llama-3-8b",
                 "svc-llm", RAMP, 61 * GiB, period_s=12, sm=45, sm_jitter=25, cpu=35,
-                rss=14 * GiB, pid=9121),
+                rss=14 * GiB, pid=9121, container=VLLM_CONTAINER),
     DemoProcess(1, "python", "python serve_embeddings.py --port 8081", None, LEAK, 1.5 * GiB,
                 leak_rate=14 * MiB, sm=8, sm_jitter=6, lifetime_s=480, gap_s=6, cpu=12,
                 rss=3.3 * GiB, pid=23890),
     DemoProcess(1, "python", "python eval.py --ckpt runs/exp42/step_12000.pt", "alice", RAMP,
                 7.2 * GiB, period_s=4, sm=70, sm_jitter=15, start_s=8, lifetime_s=40, gap_s=35,
-                cpu=98, rss=6.0 * GiB, pid=31002),
+                cpu=98, rss=6.0 * GiB, pid=31002, container=EVAL_CONTAINER),
 )
 
 
@@ -96,7 +112,8 @@ def scaled_scenario(gpu_count: int, processes_per_gpu: int, seed: int = 0
     with a 30 min period (the leak is reclaimed), which keeps every GPU's
     processes within its memory however long the scenario runs."""
     rng = np.random.default_rng(seed)
-    gpus = tuple(DemoGpu(f"NVIDIA H100 80GB HBM3 (demo {i})", 80 * GiB, 700.0, 512 * MiB, 64 * MiB)
+    gpus = tuple(DemoGpu(f"NVIDIA H100 80GB HBM3 (demo {i})", 80 * GiB, 700.0, 512 * MiB,
+                         213 * MiB, 2 * MiB)
                  for i in range(gpu_count))
     procs = []
     share = 72 * GiB / processes_per_gpu
@@ -155,7 +172,7 @@ class DemoSource(GpuSource):
         # process never shares a pid with another scripted process.
         spread = int(self._pid.max() - self._pid.min()) if len(p) else 0
         self._pid_stride = max(7, spread + 1)
-        self._static = [(x.kind, x.name, x.user or user, x.command) for x in p]
+        self._static = [(x.kind, x.name, x.user or user, x.command, x.container) for x in p]
         # Simulated agent actions (DemoAgents): a saw-tooth's tooth restarted
         # at ``_phase`` (its cache released), or ``_released`` bytes given back
         # for the rest of life ``_released_life``.
@@ -198,16 +215,21 @@ class DemoSource(GpuSource):
             cycles = np.where(np.isinf(self._cycle), 0.0, np.floor(since_start / self._cycle))
             local = since_start - np.where(np.isinf(self._cycle), 0.0, cycles * self._cycle)
         present = (since_start >= 0) & (local < self._life)
+        # Exited within RELEASE_S: its memory is still in use, listed by no one.
+        with np.errstate(invalid="ignore"):
+            lingering = (since_start >= 0) & (local >= self._life) & (local - self._life < RELEASE_S)
         noise = rng.standard_normal((3, n))
 
+        # An exited process's unreleased memory stays what it was at the exit.
+        at = np.minimum(local, self._life)
         mem = self._base.copy()
         saw = self._shape == SAWTOOTH
-        mem[saw] += self._amp[saw] * np.mod((local[saw] - self._phase[saw]) / self._period[saw], 1.0)
+        mem[saw] += self._amp[saw] * np.mod((at[saw] - self._phase[saw]) / self._period[saw], 1.0)
         leak = self._shape == LEAK
-        mem[leak] += self._leak[leak] * local[leak]
+        mem[leak] += self._leak[leak] * at[leak]
         ramp = self._shape == RAMP
-        mem[ramp] *= np.clip(local[ramp] / self._period[ramp], 0.02, 1.0)
-        mem += noise[0] * 2 * MiB * (self._shape != CONSTANT)
+        mem[ramp] *= np.clip(at[ramp] / self._period[ramp], 0.02, 1.0)
+        mem += noise[0] * 2 * MiB * ((self._shape != CONSTANT) & present)
         released = np.where(cycles == self._released_life, self._released, 0.0)
         mem -= released
         offloaded = np.where(cycles == self._offloaded_life, self._offloaded, 0.0)
@@ -230,7 +252,7 @@ class DemoSource(GpuSource):
         simulated = HostStatus.SIMULATED
         built = [
             new(ProcessSample, (pid_i, mem_i, sm_i, static[i][0], static[i][1], static[i][2],
-                                static[i][3], cpu_i, rss_i, created, simulated))
+                                static[i][3], cpu_i, rss_i, created, simulated, static[i][4]))
             for i, pid_i, mem_i, sm_i, cpu_i, rss_i, created in zip(
                 idx.tolist(), pid[idx].tolist(), mem[idx].astype(np.int64).tolist(),
                 np.round(sm[idx]).tolist(), np.round(cpu[idx], 1).tolist(),
@@ -240,6 +262,8 @@ class DemoSource(GpuSource):
         counts = np.bincount(self._gpu_of[idx], minlength=gpu_count)
         mem_sum = np.bincount(self._gpu_of[idx], weights=mem[idx], minlength=gpu_count)
         sm_sum = np.bincount(self._gpu_of[idx], weights=np.round(sm[idx]), minlength=gpu_count)
+        gone = np.flatnonzero(lingering)
+        unreleased = np.bincount(self._gpu_of[gone], weights=mem[gone], minlength=gpu_count)
         bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
 
         if len(self._watched):
@@ -252,7 +276,8 @@ class DemoSource(GpuSource):
         samples = []
         for g, spec in enumerate(self.gpus):
             procs = tuple(built[bounds[g]:bounds[g + 1]])
-            used = min(spec.overhead + int(mem_sum[g]), spec.memory_total - spec.memory_reserved)
+            unlisted = spec.overhead + spec.context_overhead * int(counts[g]) + int(unreleased[g])
+            used = min(unlisted + int(mem_sum[g]), spec.memory_total - spec.memory_reserved)
             util = min(100.0, float(sm_sum[g]))
             samples.append(GpuSample(
                 index=g, name=spec.name, uuid=f"GPU-demo{self.seed:04d}-{g:04d}",

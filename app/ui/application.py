@@ -115,6 +115,7 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
             instance.raise_requested.connect(lambda _argv: shell.show_window())
         sampler.start()
         shell.start(minimised=minimised)
+        _quit_on_termination(qt_app)
         rc = qt_app.exec()
         if instance is not None:
             instance.close()
@@ -128,6 +129,24 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
         sys.stderr.flush()
         os._exit(rc)
     return rc
+
+
+def _quit_on_termination(qt_app) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM (logout, ``kill``, a service manager) and SIGINT (Ctrl+C in a
+    terminal) end the app the way Quit does: the sampler stops and NVML shuts
+    down cleanly.  Python runs signal handlers only when it holds the
+    interpreter, so a slow timer hands it control while Qt waits for events."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    for name in ("SIGTERM", "SIGINT"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, lambda _signum, _frame: qt_app.quit())
+    timer = QTimer(qt_app)
+    timer.timeout.connect(lambda: None)
+    timer.start(500)
 
 
 def _desktop_shell(qt_app, window, sampler, store, themes):  # type: ignore[no-untyped-def]

@@ -7,7 +7,9 @@ Two update paths with very different costs:
 * :meth:`GpuPanel.refresh_plot` runs on the window's display timer and pushes
   numpy arrays into a fixed set of reused curves: the device total, the top
   :data:`TOP_N` processes by current VRAM, one aggregated "other processes"
-  curve, and the highlighted process when it is not among the top ones.
+  curve, the highlighted process when it is not among the top ones, and the
+  GPU's unattributed memory (used memory no listed process holds; NaN gaps
+  where it was unknown, never 0).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from app.ui.format import (
     fmt_temp,
     fmt_watts,
 )
+from app.ui.unattributed import LABEL as UNATTRIBUTED_LABEL
+from app.ui.unattributed import UNATTRIBUTED_KEY, explanation, unknown_reason
 
 TOP_N = 8
 MIN_HEIGHT = 262  # px without the "PyTorch memory" section
@@ -161,21 +165,22 @@ class _LegendRow(QWidget):
         self._state: tuple = ()
         self.full_name = ""
 
-    def set(self, color: QColor, name: str, value: str, dashed: bool, emphasised: bool,
-            dimmed: bool) -> None:
-        state = (color.rgba(), name, dashed, emphasised, dimmed)
+    def set(self, color: QColor, name: str, value: str, dashed: bool | str, emphasised: bool,
+            dimmed: bool, tip: str | None = None) -> None:
+        """``dashed``: True (dashed), False (solid) or a CSS border style ("dotted")."""
+        state = (color.rgba(), name, dashed, emphasised, dimmed, tip)
         if state != self._state:
             self._state = state
             c = QColor(color)
             if dimmed:
                 c.setAlpha(90)
-            style = "dashed" if dashed else "solid"
+            style = dashed if isinstance(dashed, str) else "dashed" if dashed else "solid"
             self.swatch.setStyleSheet(
                 f"background: transparent; border-top: 3px {style} rgba({c.red()},{c.green()},"
                 f"{c.blue()},{c.alpha()});")
             self.full_name = name
             self.name.setText(_elide_keeping_pid(self.name.fontMetrics(), name, 128))
-            self.name.setToolTip(name)
+            self.name.setToolTip(tip or name)
             font = self.name.font()
             font.setBold(emphasised)
             self.name.setFont(font)
@@ -208,15 +213,15 @@ class LegendPanel(QWidget):
         self._lay.addStretch(1)
         self.entries: list[tuple[Hashable, str]] = []  # (key, name) shown, in order
 
-    def set_entries(self, entries: list[tuple[Hashable, QColor, str, str, bool, bool, bool]]) -> None:
-        """``(key, colour, name, value, dashed, emphasised, dimmed)`` per row."""
+    def set_entries(self, entries: list[tuple]) -> None:
+        """``(key, colour, name, value, dashed, emphasised, dimmed[, tooltip])`` per row."""
         while len(self._rows) < len(entries):
             row = _LegendRow(self)
             self._lay.insertWidget(len(self._rows), row)
             self._rows.append(row)
         for row, entry in zip(self._rows, entries):
-            _, color, name, value, dashed, emph, dim = entry
-            row.set(color, name, value, dashed, emph, dim)
+            _, color, name, value, dashed, emph, dim, *tip = entry
+            row.set(color, name, value, dashed, emph, dim, *tip)
             row.setVisible(True)
         for row in self._rows[len(entries):]:
             row.setVisible(False)
@@ -262,6 +267,11 @@ class GpuPanel(QFrame):
         self._hover_x: float | None = None
         # Latest sample's processes: key -> bytes (None = unknown); absent = ended.
         self._live: dict[Hashable, int | None] = {}
+        # Latest sample's unattributed memory (bytes, None = unknown) and why unknown.
+        self._unattributed_now: int | None = None
+        self._unattributed_reason: str | None = None
+        # Unattributed memory at each of the view's times (NaN = unknown), or None.
+        self._unattributed: np.ndarray | None = None
         self._available_count: int | None = None  # processes with history in span
 
         outer = QVBoxLayout(self)
@@ -365,6 +375,7 @@ class GpuPanel(QFrame):
         self.other_curve = self._curve(z=1)
         self.process_curves = [self._curve(z=2) for _ in range(TOP_N)]
         self.extra_curve = self._curve(z=6)  # the highlighted process when not in the top N
+        self.unattributed_curve = self._curve(z=1.5)
         self.limit_line = pg.InfiniteLine(angle=0, movable=False)
         self.limit_line.setZValue(0)
         self.limit_line.hide()
@@ -510,6 +521,8 @@ class GpuPanel(QFrame):
             self.name_label.setText(gpu.name)
             self.name_label.setToolTip(f"{gpu.name}\nUUID: {gpu.uuid or NA}")
         self._live = {p.key: p.gpu_memory for p in gpu.processes}
+        self._unattributed_now = gpu.unattributed_memory
+        self._unattributed_reason = unknown_reason(gpu)
         state_changed = gpu.state != self.state
         self.state = gpu.state
         self.memory_total = gpu.memory_total
@@ -591,12 +604,14 @@ class GpuPanel(QFrame):
 
     def refresh_plot(self, view: SeriesView, labels: Labels | None = None,
                      span_s: float | None = None, now_epoch: float | None = None) -> None:
-        """Redraw the curves from ``view`` (seconds before newest, bytes).
+        """Redraw the curves from ``view`` (seconds before newest, bytes; its
+        ``unattributed`` series is drawn when it holds one value per time).
         ``now_epoch``: wall-clock time of the newest sample (places event markers)."""
         if span_s is not None and span_s != self.span_s:
             self.set_span(span_s)
         if now_epoch is not None:
             self.now_epoch = now_epoch
+        self._unattributed = view.unattributed if view.unattributed.shape == view.t.shape else None
         self._view = view
         self._labels = labels
         self.plot_dirty = False
@@ -647,6 +662,8 @@ class GpuPanel(QFrame):
             return self.process_curves[self._shown_keys.index(key)]
         if key == self.highlighted_key and self.extra_curve.isVisible():
             return self.extra_curve
+        if key == UNATTRIBUTED_KEY:
+            return self.unattributed_curve if self.unattributed_curve.isVisible() else None
         return None
 
     def x_range(self) -> tuple[float, float]:
@@ -661,7 +678,8 @@ class GpuPanel(QFrame):
         t = view.t
         item = self.plot.getPlotItem()
         if t.size == 0:
-            for c in (self.total_curve, self.other_curve, self.extra_curve, *self.process_curves):
+            for c in (self.total_curve, self.other_curve, self.extra_curve,
+                      self.unattributed_curve, *self.process_curves):
                 c.hide()
             self._shown_keys = []
             self.legend.set_entries([])
@@ -708,6 +726,12 @@ class GpuPanel(QFrame):
             sources.append(None)  # "other": filled below
         if extra is not None:
             sources.append(view.processes[extra])
+        # Unattributed memory: drawn while anything above 0 is in the span.
+        rest = self._unattributed
+        with np.errstate(all="ignore"):
+            show_rest = rest is not None and bool(np.nanmax(rest, initial=0.0) > 0)
+        if show_rest:
+            sources.append(rest)
         # float32 throughout (plenty for a picture; halves the memory traffic).
         matrix = np.empty((len(sources), t.size), dtype=np.float32)
         for i, src in enumerate(sources):
@@ -738,6 +762,7 @@ class GpuPanel(QFrame):
         if self.memory_total:
             entries.append((LIMIT_KEY, pal.muted(palette), "Capacity", fmt_gib(self.memory_total),
                             True, False, False))
+        device_entries = len(entries)  # the device's own figures come first in the legend
         for curve, key in zip(self.process_curves, slots):
             if key is None:
                 curve.hide()
@@ -768,6 +793,19 @@ class GpuPanel(QFrame):
                             self._current_text(extra), False, True, False))
         else:
             self.extra_curve.hide()
+
+        # Memory no listed process holds: a gap where it was unknown, never 0.  Listed
+        # with the device's figures, so many processes never push it out of sight.
+        if show_rest:
+            color = pal.unattributed_color(palette)
+            self._set_curve(self.unattributed_curve, x, next(row), None, color,
+                            emphasised=False, dimmed=dim, style=Qt.PenStyle.DotLine)
+            entries.insert(device_entries, (
+                UNATTRIBUTED_KEY, color, UNATTRIBUTED_LABEL, fmt_gib(self._unattributed_now),
+                "dotted", False, dim,
+                explanation(self.display_id, self._unattributed_now, self._unattributed_reason)))
+        else:
+            self.unattributed_curve.hide()
 
         # Capacity line and y range.
         total = self.memory_total
@@ -864,14 +902,15 @@ class GpuPanel(QFrame):
 
     def _set_curve(self, curve: pg.PlotDataItem, t: np.ndarray, y: np.ndarray,
                    finite: bool | None, color: QColor, emphasised: bool, dimmed: bool,
-                   dashed: bool = False) -> None:
+                   dashed: bool = False, style: Qt.PenStyle | None = None) -> None:
         if finite is None:
             finite = bool(np.isfinite(y).all())
         c = QColor(color)
         if dimmed:
             c.setAlpha(70)
-        pen = pg.mkPen(c, width=2 if emphasised else 1,
-                       style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
+        if style is None:
+            style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
+        pen = pg.mkPen(c, width=2 if emphasised else 1, style=style)
         curve.setZValue(10 if emphasised else curve.base_z)
         curve.setData(t, y, pen=pen, connect="all" if finite else "finite",
                       skipFiniteCheck=finite)
@@ -909,6 +948,9 @@ class GpuPanel(QFrame):
         for key, v in vals:
             if v is not None:
                 lines.append(f"{_call_labels(self._labels, key)}: {fmt_gib(v)}")
+        rest = self._unattributed
+        if rest is not None and self.unattributed_curve.isVisible() and i < rest.size:
+            lines.append(f"{UNATTRIBUTED_LABEL}: {fmt_gib(_nan_none(rest[i]))}")
         events = self._markers_near(x)
         if events:
             lines.append("")

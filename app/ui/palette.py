@@ -149,6 +149,18 @@ def other_color(palette: QPalette) -> QColor:
                  palette.color(QPalette.ColorRole.Base), 0.5)
 
 
+# Unattributed memory (used, held by no listed process): a greyed violet, apart from
+# the process colours and from the neutral grey of "other processes".
+UNATTRIBUTED_HUE = "#8E7CC3"
+
+
+def unattributed_color(palette: QPalette) -> QColor:
+    """The unattributed-memory curve: a greyed violet moved a little towards the text
+    colour (darker on a light theme, lighter on a dark one), so its thin dotted line
+    keeps its contrast on either."""
+    return blend(QColor(UNATTRIBUTED_HUE), palette.color(QPalette.ColorRole.WindowText), 0.2)
+
+
 def context_color(palette: QPalette) -> QColor:
     """The "context & non-PyTorch" part of a breakdown bar: a grey on either theme."""
     return blend(palette.color(QPalette.ColorRole.WindowText),

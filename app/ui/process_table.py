@@ -4,6 +4,12 @@ Rows are keyed by ``(display_id, pid, create_time)`` so a pid reused by a new
 process is a new row.  Updates are incremental (``beginRemoveRows`` for
 departures, ``dataChanged`` for rows whose figures changed, ``beginInsertRows``
 for arrivals), so the selection and the scroll position survive every tick.
+
+Each GPU may also have one "Unattributed" row (used memory no listed process
+holds, :mod:`app.ui.unattributed`), keyed ``(display_id, UNATTRIBUTED_KEY,
+None)``: a string where a pid would be, so it never equals a process's key.  It
+is updated in place like a process row, but is not selectable and offers no
+actions.
 """
 
 from __future__ import annotations
@@ -14,26 +20,30 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import (
     QAbstractTableModel,
+    QEvent,
     QItemSelection,
     QModelIndex,
     QSortFilterProxyModel,
     Qt,
     Signal,
 )
-from PySide6.QtGui import QFontMetrics, QGuiApplication
+from PySide6.QtGui import QFont, QFontMetrics, QGuiApplication
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from app.core.agent_types import AgentReport, DeviceMemory
-from app.core.samples import HostStatus, ProcessSample, Snapshot
+from app.core.samples import Container, GpuSample, HostStatus, ProcessSample, Snapshot
 from app.ui import palette as pal
 from app.ui.format import NA, fmt_bytes, fmt_duration, fmt_percent
+from app.ui.unattributed import UNATTRIBUTED_KEY, explanation, row_shown, unknown_reason
 
-RowKey = tuple[str, int, float | None]  # (gpu display_id, pid, create_time)
+# (gpu display_id, pid, create_time); (display_id, UNATTRIBUTED_KEY, None) for the
+# unattributed row.
+RowKey = tuple[str, int | str, float | None]
 
-COLUMNS = ("GPU", "PID", "User", "Command", "PyTorch", "VRAM", "Cache", "% of GPU", "SM %",
-           "CPU %", "RSS", "Uptime")
-(COL_GPU, COL_PID, COL_USER, COL_COMMAND, COL_AGENT, COL_VRAM, COL_CACHE, COL_PCT, COL_SM,
- COL_CPU, COL_RSS, COL_UPTIME) = range(len(COLUMNS))
+COLUMNS = ("GPU", "PID", "User", "Container", "Command", "PyTorch", "VRAM", "Cache", "% of GPU",
+           "SM %", "CPU %", "RSS", "Uptime")
+(COL_GPU, COL_PID, COL_USER, COL_CONTAINER, COL_COMMAND, COL_AGENT, COL_VRAM, COL_CACHE, COL_PCT,
+ COL_SM, COL_CPU, COL_RSS, COL_UPTIME) = range(len(COLUMNS))
 NUMERIC = {COL_PID, COL_VRAM, COL_CACHE, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
@@ -50,9 +60,25 @@ _COLUMN_TIPS = {
                "(blank: no agent in this process)",
     COL_CACHE: "PyTorch's cached, unused GPU memory (reserved − allocated) on this GPU:\n"
                "what Free cache can return. n/a without an agent.",
+    COL_CONTAINER: "The container the process runs in: runtime and name (or short id)\n"
+                   "(blank: not in a container)",
 }
 
+UNATTRIBUTED_TEXT = "Unattributed (held by no listed process)"
+COMMAND_ROOM = 200  # px the command column keeps before the container column narrows
+COMMAND_MIN = 160  # px the command column keeps however narrow the table (it scrolls)
+
 _NO_AGENT = "No VRAM Steward agent in this process: PyTorch figures unknown"
+
+
+def container_tooltip(c: Container) -> str:
+    """Everything known about a process's container, one fact a line."""
+    lines = [f"Runtime: {c.runtime}", f"ID: {c.id}"]
+    if c.name:
+        lines.append(f"Name: {c.name}")
+    if c.pod:
+        lines.append(f"Kubernetes pod: {c.pod}")
+    return "\n".join(lines)
 
 
 def _agent_icon():
@@ -88,7 +114,8 @@ class _Row:
     device: DeviceMemory | None = None  # the agent's allocator figures for this GPU
 
     def signature(self) -> tuple:
-        up = None if self.uptime is None else int(self.uptime)
+        # As shown ("4m 05s", "3h 02m"): an hours-old process repaints once a minute, not every second.
+        up = fmt_duration(self.uptime)
         a = self.agent
         agent = None if a is None else (a.torch, a.torch_status, a.python, a.allocator_backend,
                                         a.cuda_initialized, len(a.models), self.device)
@@ -98,6 +125,16 @@ class _Row:
     def key(self) -> RowKey:
         return (self.display_id, self.proc.pid, self.proc.create_time)
 
+    @property
+    def item_key(self) -> tuple[str, Hashable]:
+        """What KEY_ROLE returns: (display_id, process key)."""
+        return (self.display_id, self.proc.key)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Tie-break when sorting: processes by pid."""
+        return (0, self.proc.pid)
+
     def raw(self, col: int):
         p = self.proc
         if col == COL_GPU:
@@ -106,6 +143,8 @@ class _Row:
             return p.pid
         if col == COL_USER:
             return p.user.lower() if p.user else None
+        if col == COL_CONTAINER:
+            return p.container.label.lower() if p.container else None
         if col == COL_COMMAND:
             text = p.command or p.name
             return text.lower() if text else None
@@ -145,6 +184,8 @@ class _Row:
             if p.user:
                 return p.user
             return "access denied" if status == HostStatus.ACCESS_DENIED else NA
+        if col == COL_CONTAINER:
+            return p.container.label if p.container else ""
         if col == COL_COMMAND:
             base = p.command or p.name
             if status == HostStatus.NOT_VISIBLE:
@@ -193,6 +234,8 @@ class _Row:
                     "What Free cache can return to the driver")
         if col == COL_USER and p.user:
             return p.user
+        if col == COL_CONTAINER:
+            return container_tooltip(p.container) if p.container else _COLUMN_TIPS[col]
         if self.text(col) in (NA, "access denied"):
             if p.host_status.label:
                 return p.host_status.label
@@ -214,7 +257,7 @@ class _Row:
         return "\n".join(lines)
 
     def is_unknown(self, col: int) -> bool:
-        if col in (COL_GPU, COL_PID):
+        if col in (COL_GPU, COL_PID, COL_CONTAINER):
             return False
         if col == COL_AGENT:
             return self.agent is not None and self.agent.torch is None
@@ -226,29 +269,93 @@ class _Row:
         return self.raw(col) is None
 
 
+@dataclass(slots=True)
+class _UnattributedRow:
+    """One GPU's used memory that no listed process holds (``GpuSample.unattributed_memory``).
+
+    Not a process: no pid, no host figures (blank, not n/a: they do not apply),
+    never selectable, no agent.  Shown in italics and muted."""
+
+    display_id: str
+    gpu_order: tuple[int, int]
+    memory: int | None  # the core's figure, never recomputed here
+    memory_total: int | None
+    reason: str | None  # why ``memory`` is unknown
+    agent: None = None
+    device: None = None
+    proc: None = None
+
+    def signature(self) -> tuple:
+        return (self.memory, self.memory_total, self.reason)
+
+    @property
+    def key(self) -> RowKey:
+        return (self.display_id, UNATTRIBUTED_KEY, None)
+
+    @property
+    def item_key(self) -> tuple[str, Hashable]:
+        return (self.display_id, UNATTRIBUTED_KEY)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (1, 0)  # after the processes it ties with
+
+    def raw(self, col: int):
+        if col == COL_GPU:
+            return self.gpu_order
+        if col == COL_VRAM:
+            return self.memory
+        if col == COL_PCT:
+            if self.memory is None or not self.memory_total:
+                return None
+            return 100.0 * self.memory / self.memory_total
+        return None
+
+    def text(self, col: int) -> str:
+        if col == COL_GPU:
+            return self.display_id
+        if col == COL_COMMAND:
+            return UNATTRIBUTED_TEXT
+        if col == COL_VRAM:
+            return fmt_bytes(self.memory)
+        if col == COL_PCT:
+            value = self.raw(col)
+            return NA if value is None else fmt_percent(value, 1 if value < 10 else 0)
+        return ""
+
+    def tooltip(self, col: int) -> str:
+        return explanation(self.display_id, self.memory, self.reason)
+
+    def is_unknown(self, col: int) -> bool:
+        return True  # the whole row is muted: it is a remainder, not a process
+
+
 class ProcessTableModel(QAbstractTableModel):
     """Flat list of (GPU, process) rows from the latest snapshot, updated by diffing.
 
     The model keeps its rows sorted itself: a Python ``lessThan`` in a proxy
     costs ~30 ms per re-sort at 500 rows on every tick, a key sort here 0.5 ms.
-    Unknown values sort last in either order; ties fall back to the pid.
+    Unknown values sort last in either order; ties fall back to the pid (an
+    unattributed row after the processes it ties with).
     """
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self._rows: list[_Row] = []
+        self._rows: list[_Row | _UnattributedRow] = []
         self._index: dict[RowKey, int] = {}
         self._sort_col = -1
         self._sort_order = Qt.SortOrder.AscendingOrder
+        #: The font of unattributed rows (the view sets its own font, in italics).
+        self.unattributed_font = _italic(QGuiApplication.font())
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
         self._sort_col = column
         self._sort_order = order
         self._resort()
 
-    def _sorted_rows(self) -> list[_Row]:
+    def _sorted_rows(self) -> list[_Row | _UnattributedRow]:
         col = self._sort_col
-        rows = sorted(self._rows, key=lambda r: r.proc.pid)
+        rows = sorted(self._rows, key=lambda r: r.order)
         if col < 0:
             return rows
         known = [r for r in rows if r.raw(col) is not None]
@@ -290,6 +397,12 @@ class ProcessTableModel(QAbstractTableModel):
                 return _COLUMN_TIPS.get(section)
         return None
 
+    def flags(self, index: QModelIndex) -> Qt.ItemFlag:
+        flags = super().flags(index)
+        if index.isValid() and isinstance(self._rows[index.row()], _UnattributedRow):
+            flags &= ~Qt.ItemFlag.ItemIsSelectable  # not a process: nothing to act on
+        return flags
+
     def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
             return None
@@ -297,6 +410,8 @@ class ProcessTableModel(QAbstractTableModel):
         col = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             return row.text(col)
+        if role == Qt.ItemDataRole.FontRole and row.proc is None:
+            return self.unattributed_font
         if role == Qt.ItemDataRole.ToolTipRole:
             return row.tooltip(col)
         if role == SORT_ROLE:
@@ -307,7 +422,7 @@ class ProcessTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ForegroundRole and row.is_unknown(col):
             return pal.muted(QGuiApplication.palette())
         if role == KEY_ROLE:
-            return (row.display_id, row.proc.key)
+            return row.item_key
         if role == Qt.ItemDataRole.DecorationRole and col == COL_AGENT and row.agent is not None:
             return _agent_icon()
         if role == AGENT_ROLE:
@@ -324,7 +439,8 @@ class ProcessTableModel(QAbstractTableModel):
     def raw_value(self, row: int, col: int):
         return self._rows[row].raw(col)
 
-    def process(self, row: int) -> ProcessSample:
+    def process(self, row: int) -> ProcessSample | None:
+        """The row's process; None for an unattributed row."""
         return self._rows[row].proc
 
     def keys(self) -> list[RowKey]:
@@ -335,9 +451,12 @@ class ProcessTableModel(QAbstractTableModel):
         """Bring the rows in line with ``snapshot`` with the smallest set of model signals."""
         now = snapshot.timestamp
         agents = snapshot.agents
-        fresh: dict[RowKey, _Row] = {}
+        fresh: dict[RowKey, _Row | _UnattributedRow] = {}
         for gpu in snapshot.gpus:
             order = (gpu.index, -1 if gpu.mig_index is None else gpu.mig_index)
+            if row_shown(gpu, snapshot):
+                rest = _unattributed_row(gpu, order)
+                fresh[rest.key] = rest
             note = gpu.notes.get("processes") or gpu.notes.get("gpu_memory")
             for p in gpu.processes:
                 uptime = None
@@ -382,6 +501,17 @@ class ProcessTableModel(QAbstractTableModel):
                 self._rows.append(row)
             self.endInsertRows()
         self._resort()
+
+
+def _unattributed_row(gpu: GpuSample, order: tuple[int, int]) -> _UnattributedRow:
+    return _UnattributedRow(gpu.display_id, order, gpu.unattributed_memory, gpu.memory_total,
+                            unknown_reason(gpu))
+
+
+def _italic(font: QFont) -> QFont:
+    font = QFont(font)
+    font.setItalic(True)
+    return font
 
 
 def _blocks(indices: list[int]) -> list[tuple[int, int]]:
@@ -450,21 +580,80 @@ class ProcessTable(QTableView):
         bold.setBold(True)
         hm = QFontMetrics(bold)
         widths = {COL_GPU: "0/mig0", COL_PID: "0000000", COL_USER: "svc-llm-user",
-                  COL_VRAM: "000.0 GiB", COL_PCT: "100 %", COL_SM: "100 %", COL_CPU: "1000 %",
-                  COL_RSS: "000.0 GiB", COL_UPTIME: "00d 00h", COL_CACHE: "000.0 GiB",
-                  COL_AGENT: "WW 2.4.1+cu121"}
+                  COL_CONTAINER: "podman 3f4e2a1b9c0d", COL_VRAM: "000.0 GiB", COL_PCT: "100 %",
+                  COL_SM: "100 %", COL_CPU: "1000 %", COL_RSS: "000.0 GiB", COL_UPTIME: "00d 00h",
+                  COL_CACHE: "000.0 GiB", COL_AGENT: "WW 2.4.1+cu121"}
         for col, sample in widths.items():
             # Room for the bold header text, its padding and the sort arrow.
             self.setColumnWidth(col, max(fm.horizontalAdvance(sample) + 16,
                                          hm.horizontalAdvance(COLUMNS[col]) + 40))
+        # The container column gives way to the command in a narrow window, down to
+        # "podman 3f4e…" (elided; the tooltip has it all), until the user sizes it.
+        self._container_widths = (max(fm.horizontalAdvance("podman 3f4e…") + 16,
+                                      hm.horizontalAdvance(COLUMNS[COL_CONTAINER]) + 24),
+                                  self.columnWidth(COL_CONTAINER))
+        self._container_sized_by_user = False
+        self._fitting = False
+        header.sectionResized.connect(self._on_section_resized)
         self.selectionModel().selectionChanged.connect(self._on_selection_changed)
         self.doubleClicked.connect(self._on_double_clicked)
-        # The agent columns appear with the first snapshot that has agents.
+        # The agent columns appear with the first snapshot that has agents, the
+        # container column with the first process seen in a container.
         self.agent_columns_shown = False
         for col in (COL_AGENT, COL_CACHE):
             self.setColumnHidden(col, True)
+        self.container_column_shown = False
+        self._set_hidden(COL_CONTAINER, True)
+        self.source_model.unattributed_font = _italic(self.font())
         self._selected: tuple | None = None
         self._updating = False
+
+    def changeEvent(self, event) -> None:  # noqa: N802
+        if event.type() == QEvent.Type.FontChange:
+            self.source_model.unattributed_font = _italic(self.font())
+        super().changeEvent(event)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._fit_columns()
+
+    def _set_hidden(self, col: int, hidden: bool) -> None:
+        self._fitting = True
+        try:
+            self.setColumnHidden(col, hidden)
+        finally:
+            self._fitting = False
+
+    def _on_section_resized(self, col: int, old: int, new: int) -> None:
+        if col == COL_CONTAINER and not self._fitting and new > 0 and old > 0:
+            self._container_sized_by_user = True
+
+    def _fit_columns(self) -> None:
+        """In a narrow table, the container column narrows first (not below
+        "podman 3f4e…") while the command would get less than COMMAND_ROOM px; the
+        command then keeps COMMAND_MIN px and the table scrolls sideways rather
+        than squeeze it to nothing."""
+        header = self.horizontalHeader()
+        room = self.viewport().width() - sum(
+            header.sectionSize(c) for c in range(len(COLUMNS))
+            if c not in (COL_CONTAINER, COL_COMMAND) and not self.isColumnHidden(c))
+        self._fitting = True
+        try:
+            if self.container_column_shown and not self._container_sized_by_user:
+                least, natural = self._container_widths
+                width = max(least, min(natural, room - COMMAND_ROOM))
+                if header.sectionSize(COL_CONTAINER) != width:
+                    self.setColumnWidth(COL_CONTAINER, width)
+            if self.container_column_shown:
+                room -= header.sectionSize(COL_CONTAINER)
+            stretch = room >= COMMAND_MIN
+            mode = QHeaderView.ResizeMode.Stretch if stretch else QHeaderView.ResizeMode.Interactive
+            if header.sectionResizeMode(COL_COMMAND) != mode:
+                header.setSectionResizeMode(COL_COMMAND, mode)
+            if not stretch and header.sectionSize(COL_COMMAND) != COMMAND_MIN:
+                self.setColumnWidth(COL_COMMAND, COMMAND_MIN)
+        finally:
+            self._fitting = False
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         before = self._selected
@@ -472,6 +661,12 @@ class ProcessTable(QTableView):
             self.agent_columns_shown = True
             for col in (COL_AGENT, COL_CACHE):
                 self.setColumnHidden(col, False)
+            self._fit_columns()
+        if not self.container_column_shown and any(
+                p.container is not None for g in snapshot.gpus for p in g.processes):
+            self.container_column_shown = True
+            self._set_hidden(COL_CONTAINER, False)
+            self._fit_columns()
         self._updating = True
         try:
             self.source_model.update_snapshot(snapshot)
@@ -538,4 +733,4 @@ class ProcessTable(QTableView):
 
 
 __all__ = ["ProcessTable", "ProcessTableModel", "ProcessSortProxy", "COLUMNS", "SORT_ROLE",
-           "KEY_ROLE", "AGENT_ROLE"]
+           "KEY_ROLE", "AGENT_ROLE", "UNATTRIBUTED_KEY", "UNATTRIBUTED_TEXT"]

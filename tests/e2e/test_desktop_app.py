@@ -70,3 +70,33 @@ def test_screenshot_in_each_theme(tmp_path, theme, dark):
     shots = os.environ.get("VRAM_STEWARD_SHOTS")
     if shots:
         image.save(os.path.join(shots, f"window-{theme}.png"))
+
+
+def test_app_on_the_nvml_fake_samples_and_ends_cleanly_on_sigterm(tmp_path):
+    """The whole app on NVML through the real bindings (the ABI fake): it samples at
+    its period, and SIGTERM (logout, ``kill``) ends it like Quit: NVML shut down."""
+    from tests.fakes import nvml_abi
+
+    reason = nvml_abi.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with nvml_abi.Helpers(4) as pids:
+        fake = nvml_abi.server([pids[:2], pids[2:]], seed=13)
+        config = fake.write(tmp_path / "nvml.conf")
+        counts = tmp_path / "counts"
+        env = fake.env(nvml_abi.build("current"), config, counts=counts, base=_env(tmp_path))
+        app = subprocess.Popen([sys.executable, "main.py", "--period", "0.25"], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(4.0)
+            assert app.poll() is None
+            app.terminate()  # SIGTERM
+            _, err = app.communicate(timeout=30)
+        finally:
+            if app.poll() is None:
+                app.kill()
+                app.communicate()
+    assert app.returncode == 0, err[-2000:]
+    calls = nvml_abi.read_counts(counts.read_text())
+    assert calls["nvmlShutdown"] == 1
+    assert calls["nvmlDeviceGetPowerUsage"] >= 2 * 8  # both GPUs, a few seconds at 4 Hz

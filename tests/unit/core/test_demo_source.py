@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
-from app.core.demo_source import GiB, MiB, DemoSource, scaled_scenario
-from app.core.samples import HostStatus
+from app.core.demo_source import RELEASE_S, GiB, MiB, DemoSource, scaled_scenario
+from app.core.report import snapshot_to_table
+from app.core.samples import Container, GpuSample, HostStatus, ProcessSample, Snapshot
 from app.core.source import GpuSource
 
 
@@ -114,10 +116,13 @@ def test_memory_accounting_is_consistent(t):
         assert g.memory_used + g.memory_free + g.memory_reserved == g.memory_total
         assert g.memory_free >= 0
         proc_sum = sum(p.gpu_memory for p in g.processes)
+        driver = spec.overhead + spec.context_overhead * len(g.processes)
         cap = g.memory_total - g.memory_reserved
-        assert g.memory_used == min(spec.overhead + proc_sum, cap)
-        # The default script never needs the cap: its figures add up exactly.
-        assert g.memory_used == spec.overhead + proc_sum
+        assert g.memory_used == min(driver + proc_sum, cap)
+        # The default script never needs the cap, and at these times no process has
+        # just exited: used is the processes' memory plus the driver's own.
+        assert g.memory_used == driver + proc_sum
+        assert g.unattributed_memory == driver
         for p in g.processes:
             assert isinstance(p.gpu_memory, int) and p.gpu_memory > 0
             assert p.gpu_memory % MiB == 0  # drivers report whole MiB
@@ -213,8 +218,10 @@ def test_scaled_scenario_stays_within_each_gpu(elapsed):
         proc_sum = sum(p.gpu_memory for p in g.processes)
         assert g.memory_used + g.memory_free + g.memory_reserved == g.memory_total
         assert 0 < g.memory_used <= g.memory_total - g.memory_reserved
-        # The listed processes never add up to more than the GPU reports.
-        assert spec.overhead + proc_sum == g.memory_used
+        # The listed processes never add up to more than the GPU reports; the rest
+        # is the driver's (plus a batch job's memory for RELEASE_S after it ends).
+        assert g.memory_used == proc_sum + g.unattributed_memory
+        assert g.unattributed_memory >= spec.overhead + spec.context_overhead * len(g.processes)
         pids = [p.pid for p in g.processes]
         assert len(pids) == len(set(pids))
 
@@ -222,3 +229,109 @@ def test_scaled_scenario_stays_within_each_gpu(elapsed):
 def test_scaled_scenario_is_deterministic_for_a_seed():
     assert scaled_scenario(2, 16, seed=5) == scaled_scenario(2, 16, seed=5)
     assert scaled_scenario(2, 16, seed=5) != scaled_scenario(2, 16, seed=6)
+
+
+# -- unattributed memory and containers ------------------------------------------------------
+
+def test_unattributed_memory_is_the_drivers_few_hundred_mib():
+    src, clock = opened()
+    for t in (5.0, 30.0, 300.0):
+        for g, spec in zip(read_at(src, clock, t), src.gpus):
+            driver = spec.overhead + spec.context_overhead * len(g.processes)
+            assert g.unattributed_memory == driver
+            assert 100 * MiB < g.unattributed_memory < GiB  # a believable driver figure
+            assert g.unattributed_memory % (64 * MiB) != 0  # not a made-up round number
+
+
+def test_unattributed_memory_follows_the_number_of_processes():
+    src, clock = opened()
+    spec = src.gpus[1]
+    before = read_at(src, clock, 5.0)[1]  # eval.py not started yet
+    during = read_at(src, clock, 20.0)[1]
+    assert len(during.processes) == len(before.processes) + 1
+    assert during.unattributed_memory - before.unattributed_memory == spec.context_overhead
+
+
+def test_an_exited_process_memory_stays_unattributed_until_the_driver_releases_it():
+    src, clock = opened()
+    last = proc_by_command(read_at(src, clock, 479.75), "serve_embeddings")
+    assert last is not None
+    base = src.gpus[1].overhead
+    ctx = src.gpus[1].context_overhead
+    for t in (480.0, 480.0 + RELEASE_S - 0.25):
+        g = read_at(src, clock, t)[1]
+        assert proc_by_command([g], "serve_embeddings") is None  # no longer listed ...
+        # ... but its memory is still in use, frozen at what it held when it exited.
+        lingering = g.unattributed_memory - base - ctx * len(g.processes)
+        assert abs(lingering - last.gpu_memory) <= 8 * MiB
+        assert g.memory_used == sum(p.gpu_memory for p in g.processes) + g.unattributed_memory
+    released = read_at(src, clock, 480.0 + RELEASE_S + 0.25)[1]
+    assert released.unattributed_memory == base + ctx * len(released.processes)
+
+
+def test_some_demo_processes_run_in_containers():
+    src, clock = opened()
+    gpus = read_at(src, clock, 20.0)
+    vllm = proc_by_command(gpus, "vllm")
+    assert vllm.container == Container(
+        "docker", vllm.container.id, "vllm-llama3")
+    assert re.fullmatch(r"[0-9a-f]{64}", vllm.container.id)
+    assert vllm.container.label == "docker vllm-llama3"
+    eval_ = proc_by_command(gpus, "eval.py")
+    assert eval_.container.runtime == "podman" and eval_.container.name is None
+    assert eval_.container.label == f"podman {eval_.container.id[:12]}"
+    assert proc_by_command(gpus, "train.py").container is None
+    assert proc_by_command(gpus, "Xorg").container is None
+    # A restarted job comes back in its container.
+    again = proc_by_command(read_at(src, clock, 90.0), "eval.py")
+    assert again.pid != eval_.pid and again.container == eval_.container
+
+
+def test_scaled_scenario_processes_are_not_in_containers():
+    gpus_spec, procs_spec = scaled_scenario(1, 8)
+    src, clock = opened(gpus=gpus_spec, processes=procs_spec)
+    assert all(p.container is None for g in read_at(src, clock, 1.0) for p in g.processes)
+
+
+# -- the text table (``status``) --------------------------------------------------------------
+
+def test_status_table_lists_unattributed_memory_and_containers_of_the_demo():
+    src, clock = opened()
+    gpus = read_at(src, clock, 20.0)
+    text = snapshot_to_table(Snapshot(1_700_000_000.0, 20.0, "demo", "demo", gpus), width=200)
+    lines = text.splitlines()
+    for g in gpus:
+        header = next(i for i, line in enumerate(lines) if line.startswith(f"[{g.index}]"))
+        block = lines[header + 1:header + 2 + len(g.processes)]
+        # After the GPU's processes, in the memory column: "unattributed <size>".
+        assert block[-1].split() == ["unattributed", *_size_words(g.unattributed_memory)]
+        # ... right-aligned with the processes' memory figures.
+        size_end = {line.index("iB") for line in block}
+        assert len(size_end) == 1
+    vllm = next(line for line in lines if " 9121 " in line)
+    assert "[docker vllm-llama3] python -m vllm" in vllm
+    eval_ = next(line for line in lines if "eval.py" in line)
+    assert "[podman de9b9a136cce] python eval.py" in eval_
+    train = next(line for line in lines if "train.py" in line)
+    assert "[" not in train  # not in a container: nothing added
+
+
+def _size_words(n):
+    return (f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB").split()
+
+
+def test_status_table_says_nothing_of_unattributed_memory_when_unknown_or_zero():
+    def gpu(index, used, procs):
+        return GpuSample(index=index, name="GPU", uuid=None, memory_total=24 * GiB,
+                         memory_used=used, memory_free=None, processes=tuple(procs))
+
+    snap = Snapshot(1_700_000_000.0, 1.0, "nvml", "550.54", (
+        gpu(0, 2 * GiB, [ProcessSample(1, 2 * GiB)]),  # all of it attributed: 0
+        gpu(1, 3 * GiB, [ProcessSample(2, None)]),  # a process's memory unknown
+        gpu(2, None, []),  # used unknown
+        gpu(3, GiB + 437 * MiB, [ProcessSample(3, GiB)]),
+    ))
+    text = snapshot_to_table(snap)
+    assert text.count("unattributed") == 1
+    assert re.search(r"^\s+unattributed\s+437 MiB$", text, re.MULTILINE)
+    assert "0 MiB" not in text and "unattributed    n/a" not in text

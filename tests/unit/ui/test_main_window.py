@@ -16,6 +16,7 @@ from app.ui.format import GiB
 from app.ui.gpu_panel import OTHER_KEY, TOP_N
 from app.ui.main_window import MainWindow
 from app.ui.process_table import COL_PID, COL_RSS, COL_VRAM, KEY_ROLE
+from app.ui.unattributed import UNATTRIBUTED_KEY
 
 
 @pytest.fixture
@@ -33,9 +34,11 @@ def table_rows(window):
 
 
 def table_pids(window):
+    """(GPU, pid) of every process row (not the per-GPU unattributed rows)."""
     model = window.table.model()
     return sorted((model.index(r, 0).data(), int(model.index(r, COL_PID).data()))
-                  for r in range(model.rowCount()))
+                  for r in range(model.rowCount())
+                  if model.index(r, 0).data(KEY_ROLE)[1] != UNATTRIBUTED_KEY)
 
 
 def snapshot_pids(snap):
