@@ -13,7 +13,8 @@ import time
 from app.core.agents import AgentDirectory
 from app.core.pressure_policy import PolicyRunner, PressurePolicyConfig
 from app.core.host_processes import HostProcessReader
-from app.core.samples import GpuSample, Snapshot
+from app.core.nvml_source import NA_NOT_SUPPORTED, NA_SEE_MIG
+from app.core.samples import DeviceState, GpuSample, Snapshot
 from app.core.source import GpuSource, SourceUnavailable
 
 log = logging.getLogger(__name__)
@@ -115,11 +116,13 @@ class Collector:
                 except Exception:
                     log.exception("reading host details of GPU processes failed")
             enriched.append(gpu)
-        # A device whose process list is unknown this tick keeps its processes'
-        # cache (their CPU baselines, and "exited" rather than "not visible").
-        complete = all(g.state.value == "ok" and "processes" not in g.notes for g in gpus)
+        # A device whose process list failed this tick (an error, no permission)
+        # keeps its processes' cache: their CPU baselines, and "exited" rather
+        # than "not visible".  Lists that never come (a MIG parent, not
+        # supported, a lost GPU) do not hold pruning back, and neither does a
+        # cache grown well past what is listed.
         try:
-            if complete:
+            if not any(_list_failed(g) for g in gpus) or host.cached() > 2 * len(live) + 256:
                 host.prune(live)
         except Exception:
             log.exception("pruning host process cache failed")
@@ -152,6 +155,14 @@ class Collector:
         if self._opened:
             self.source.close()
             self._opened = False
+
+
+def _list_failed(gpu: GpuSample) -> bool:
+    """Whether ``gpu``'s process list is unknown this tick only."""
+    if gpu.state is DeviceState.ERROR:
+        return True
+    note = gpu.notes.get("processes")
+    return note is not None and note not in (NA_SEE_MIG, NA_NOT_SUPPORTED)
 
 
 def default_agents_for(source: GpuSource) -> AgentDirectory:

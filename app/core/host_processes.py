@@ -90,6 +90,10 @@ class HostProcessReader:
             return [self._enrich_psutil(p, now) for p in processes]
         return [self._enrich_procfs(p, now) for p in processes]
 
+    def cached(self) -> int:
+        """Processes held in the cache."""
+        return len(self._entries)
+
     def prune(self, live_pids: set[int]) -> None:
         """Forget pids the driver no longer reports (bounded cache)."""
         for pid in [pid for pid in self._entries if pid not in live_pids]:

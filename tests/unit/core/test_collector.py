@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import app.core.collector as collector_mod
 from app.core.collector import Collector
 from app.core.demo_source import DemoSource
 from app.core.host_processes import HostProcessReader
-from app.core.samples import GpuSample, HostStatus, ProcessSample, Snapshot
+from app.core.samples import DeviceState, GpuSample, HostStatus, ProcessSample, Snapshot
 from app.core.source import GpuSource, SourceUnavailable
 
 GiB = 1024**3
@@ -367,3 +368,37 @@ def test_default_agents_for_a_non_demo_source_is_the_hub():
     from app.core.collector import default_agents_for
 
     assert isinstance(default_agents_for(ScriptedSource()), AgentHub)
+
+
+def _with_notes(gpus, **fields):
+    return tuple(dataclasses.replace(g, **fields) for g in gpus)
+
+
+def test_a_process_list_failing_for_a_tick_keeps_the_host_cache(child):
+    src = ScriptedSource()
+    listed = one_gpu(ProcessSample(pid=child.pid, gpu_memory=2 * GiB))
+    src.gpus = listed
+    host = HostProcessReader()
+    col = Collector(src, host=host)
+    col.collect()
+    # No permission this tick: the list is unknown, not empty; the process stays known.
+    src.gpus = _with_notes(one_gpu(), notes={"processes": "n/a (no permission)"})
+    col.collect()
+    assert child.pid in host._entries
+    src.gpus = listed
+    [proc] = col.collect().gpus[0].processes
+    assert proc.cpu_percent is not None  # its CPU baseline survived the gap
+
+
+def test_lists_that_never_come_do_not_hold_pruning_back(child):
+    src = ScriptedSource()
+    host = HostProcessReader()
+    col = Collector(src, host=host)
+    src.gpus = one_gpu(ProcessSample(pid=child.pid, gpu_memory=2 * GiB))
+    col.collect()
+    # A MIG parent (its processes are on its MIG devices) and a lost GPU: the process left.
+    mig_parent = _with_notes(one_gpu(), notes={"processes": "n/a (see MIG devices)"})
+    lost = _with_notes(one_gpu(), state=DeviceState.LOST, index=1)
+    src.gpus = mig_parent + lost
+    col.collect()
+    assert host._entries == {}
