@@ -111,6 +111,7 @@ class FakeProcess:
     memory: int | None  # bytes; None: NVML_VALUE_NOT_AVAILABLE (WDDM, MIG without rights)
     lists: str = "compute"  # "compute", "graphics" or "compute,graphics"
     sm: int | None = None  # SM % sample; None: the driver has no sample
+    sm_stamp: int = 0  # µs; set: the driver repeats this old sample on every call
     gi: int = NO_ID  # MIG GPU instance id
     ci: int = NO_ID
 
@@ -187,6 +188,8 @@ class FakeNvml:
                      f"gi={p.gi}", f"ci={p.ci}"]
             if p.sm is not None:
                 parts.append(f"sm={p.sm}")
+            if p.sm_stamp:
+                parts.append(f"sm_stamp={p.sm_stamp}")
             lines.append("proc " + " ".join(parts))
         for e in self.errors:
             parts = [f"fn={e.fn}", f"code={e.code}", f"after={e.after}"]

@@ -65,6 +65,7 @@ typedef struct {
     int mem_na;
     int lists; /* bit 1: compute list, bit 2: graphics list */
     int sm, mem_util; /* -1: no utilisation samples */
+    unsigned long long sm_stamp; /* 0: a fresh sample each call; else this old one, always */
     unsigned gi, ci;
 } fake_proc_t;
 
@@ -384,6 +385,7 @@ static int load_config(void)
                 }
                 else if (!strcmp(key, "sm")) p->sm = atoi(value);
                 else if (!strcmp(key, "mem_util")) p->mem_util = atoi(value);
+                else if (!strcmp(key, "sm_stamp")) p->sm_stamp = ull(value);
                 else if (!strcmp(key, "gi")) p->gi = (unsigned)atoi(value);
                 else if (!strcmp(key, "ci")) p->ci = (unsigned)atoi(value);
             }
@@ -900,7 +902,9 @@ nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t handle, nvmlProc
 #endif
 
 /* Samples newer than lastSeen; every process with an sm value has one taken
- * "now" (CLOCK_REALTIME µs), as a driver does for a process running kernels. */
+ * "now" (CLOCK_REALTIME µs), as a driver does for a process running kernels.
+ * A process with sm_stamp set instead repeats that old sample on every call,
+ * whatever lastSeen says, as some drivers do for a process gone idle. */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t handle,
                                              nvmlProcessUtilizationSample_t *utilization,
                                              unsigned int *count, unsigned long long lastSeen)
@@ -916,10 +920,9 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t handle,
         return NVML_ERROR_NOT_SUPPORTED;
     clock_gettime(CLOCK_REALTIME, &now);
     stamp = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000ULL;
-    if (stamp <= lastSeen)
-        return NVML_ERROR_NOT_FOUND;
     for (unsigned i = 0; i < proc_count; i++)
-        if (procs[i].sm >= 0 && on_device(&procs[i], handle, dev))
+        if (procs[i].sm >= 0 && on_device(&procs[i], handle, dev)
+                && (procs[i].sm_stamp || stamp > lastSeen))
             needed++;
     if (needed == 0)
         return NVML_ERROR_NOT_FOUND;
@@ -929,10 +932,10 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t handle,
     }
     for (unsigned i = 0; i < proc_count; i++) {
         const fake_proc_t *p = &procs[i];
-        if (p->sm < 0 || !on_device(p, handle, dev))
+        if (p->sm < 0 || !on_device(p, handle, dev) || !(p->sm_stamp || stamp > lastSeen))
             continue;
         utilization[n].pid = p->pid;
-        utilization[n].timeStamp = stamp;
+        utilization[n].timeStamp = p->sm_stamp ? p->sm_stamp : stamp;
         utilization[n].smUtil = (unsigned)p->sm;
         utilization[n].memUtil = (unsigned)(p->mem_util < 0 ? 0 : p->mem_util);
         utilization[n].encUtil = 0;

@@ -49,13 +49,14 @@ def status(fake: FakeNvml, lib: Path, tmp_path: Path) -> dict:
     return json.loads(result.stdout)
 
 
-def probe(fake: FakeNvml, lib: Path, tmp_path: Path, ticks: int, then: FakeNvml | None = None) -> dict:
+def probe(fake: FakeNvml, lib: Path, tmp_path: Path, ticks: int, then: FakeNvml | None = None,
+          interval: float = 0.05) -> dict:
     config = fake.write(tmp_path / "nvml.conf")
     env = fake.env(lib, config)
     env["PYTHONPATH"] = str(REPO)
     extra = ["--then", str(then.write(tmp_path / "then.conf"))] if then is not None else []
     result = subprocess.run([sys.executable, "-m", "tests.fakes.nvml_abi.probe", "--ticks", str(ticks),
-                             *extra],
+                             "--interval", str(interval), *extra],
                             env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -405,3 +406,20 @@ def test_status_json_names_the_container_of_a_real_process(libs, tmp_path):
     assert rows[pids[1]]["container"]["runtime"] == "podman"
     assert rows[pids[1]]["container"]["id"] == podman_id
     assert rows[pids[2]]["container"] is None
+
+
+def test_an_old_sample_repeated_by_the_driver_is_not_new_activity(libs, tmp_path):
+    """Some drivers return a process's last utilisation sample again and again
+    once it stops running kernels: after SM_IDLE_AFTER_S it reads 0 %, not its
+    last busy figure."""
+    from app.core.nvml_source import SM_IDLE_AFTER_S
+
+    with Helpers(2) as pids:
+        fake = nvml_abi.server([pids], seed=18)
+        idle, busy = fake.processes
+        idle.sm, idle.sm_stamp = 88, 1_700_000_000_000_000
+        out = probe(fake, libs["current"], tmp_path, ticks=2, interval=SM_IDLE_AFTER_S + 0.5)
+    first, later = ({p["pid"]: p["sm_util"] for p in s["gpus"][0]["processes"]}
+                    for s in out["snapshots"])
+    assert first == {idle.pid: 88.0, busy.pid: float(busy.sm)}
+    assert later == {idle.pid: 0.0, busy.pid: float(busy.sm)}
