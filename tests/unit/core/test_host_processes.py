@@ -382,6 +382,19 @@ def test_exited_in_fake_after_being_seen():
 
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")
 
+def record_opens(monkeypatch) -> list[str]:
+    """Paths the reader opens from now on (its one /proc read per pid goes through os.open)."""
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("app.core.host_processes.os.open", counting_open)
+    return opened
+
+
 BUSY = [sys.executable, "-c",
         "import time; print('ready', flush=True)\nwhile True: pass"]
 
@@ -392,14 +405,7 @@ def test_each_tick_reads_one_proc_file_per_pid(spawn, monkeypatch):
     reader = HostProcessReader()
     samples = [gpu_proc(c.pid) for c in children]
     reader.enrich(samples)  # first sight: static fields through psutil
-    opened: list[str] = []
-    real_open = os.open
-
-    def counting_open(path, *args, **kwargs):
-        opened.append(str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr("app.core.host_processes.os.open", counting_open)
+    opened = record_opens(monkeypatch)
     monkeypatch.setattr(psutil, "Process", None)  # no psutil call once a pid is known
     for _ in range(3):
         out = reader.enrich(samples)
@@ -525,14 +531,7 @@ def test_a_pid_on_two_gpus_is_read_once_per_tick_and_shows_the_same_figures(spaw
     reader = HostProcessReader()
     reader.enrich([gpu_proc(child.pid)], now=time.monotonic())
     time.sleep(0.3)
-    opened: list[str] = []
-    real_open = os.open
-
-    def counting_open(path, *args, **kwargs):
-        opened.append(str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr("app.core.host_processes.os.open", counting_open)
+    opened = record_opens(monkeypatch)
     now = time.monotonic()
     [on_gpu0] = reader.enrich([gpu_proc(child.pid)], now)
     time.sleep(0.01)  # another GPU's process list, a moment later in the same tick

@@ -55,3 +55,15 @@ def demo_feed() -> DemoFeed:
 def big_feed() -> DemoFeed:
     gpus, procs = scaled_scenario(8, 64)
     return DemoFeed(gpus=gpus, processes=procs)
+
+
+@pytest.fixture
+def window(qtbot):
+    """A main window on an empty history; tests drive refresh() themselves."""
+    from app.core.history import History
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(History())
+    w.display_timer.stop()
+    qtbot.addWidget(w)
+    return w

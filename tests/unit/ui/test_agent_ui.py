@@ -12,7 +12,6 @@ from PySide6.QtCore import Qt
 
 from app.core.agent_types import AgentReport, DeviceMemory, FreeCacheResult, ModelInfo
 from app.core.agents import AgentDirectory
-from app.core.history import History
 from app.core.samples import GpuSample, ProcessSample, Snapshot
 from app.ui.agent_actions import AgentAction, AgentActionRunner
 from app.ui.agent_views import (
@@ -26,7 +25,6 @@ from app.ui.agent_views import (
     MCOL_SIZE,
 )
 from app.ui.format import GiB, MiB
-from app.ui.main_window import MainWindow
 from app.ui.process_table import AGENT_ROLE, COL_AGENT, COL_CACHE, COL_PID
 
 NOW = 1_700_000_000.0
@@ -122,14 +120,6 @@ class FakeDirectory(AgentDirectory):
         self.threads.append(threading.get_ident())
         self.calls.append(("gc", pid))
         return {"ok": True, "collected": 42, "seconds": 0.012, "error": None}
-
-
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow(History())
-    w.display_timer.stop()
-    qtbot.addWidget(w)
-    return w
 
 
 def with_runner(window, directory, settle_s=0.2):

@@ -19,14 +19,6 @@ from app.ui.process_table import COL_PID, COL_RSS, COL_VRAM, KEY_ROLE
 from app.ui.unattributed import UNATTRIBUTED_KEY
 
 
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow(History())
-    w.display_timer.stop()  # tests drive refresh() themselves
-    qtbot.addWidget(w)
-    return w
-
-
 def table_rows(window):
     model = window.table.model()
     return [tuple(model.index(r, c).data() for c in range(model.columnCount()))

@@ -13,7 +13,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from app.core.agent_types import ModelActionResult, ModelEvent, ModelInfo
-from app.core.history import History
 from app.ui import agent_views
 from app.ui.agent_views import (
     MCOL_DEVICE,
@@ -26,7 +25,6 @@ from app.ui.agent_views import (
 from app.core.pressure_policy import PolicyRunner
 from app.ui.auto_unload import PolicyDriver
 from app.ui.format import GiB, MiB
-from app.ui.main_window import MainWindow
 from app.ui.settings import AutoUnloadSettings
 from tests.unit.ui.test_agent_ui import NOW, device, gpu, proc, report, snap, with_runner
 from tests.unit.ui.test_agent_ui import FakeDirectory as _FreeCacheFake
@@ -111,14 +109,6 @@ class ModelFake(_FreeCacheFake):
         self.threads.append(threading.get_ident())
         self.calls.append(("idle", pid, seconds))
         return {"ok": True, "idle_unload_s": seconds, "error": None}
-
-
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow(History())
-    w.display_timer.stop()
-    qtbot.addWidget(w)
-    return w
 
 
 def model_rows(view):

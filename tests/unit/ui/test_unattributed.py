@@ -15,7 +15,6 @@ from app.core.samples import GpuSample, ProcessSample, Snapshot
 from app.ui import palette as pal
 from app.ui.format import GiB, MiB, fmt_bytes, fmt_gib
 from app.ui.gpu_panel import GpuPanel
-from app.ui.main_window import MainWindow
 from app.ui.process_table import COL_VRAM, KEY_ROLE
 from app.ui.unattributed import UNATTRIBUTED_KEY
 
@@ -161,14 +160,6 @@ def test_unattributed_curve_dims_while_a_process_is_highlighted(panel):
 
 
 # -- the main window: one figure everywhere --------------------------------------------------
-
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow(History())
-    w.display_timer.stop()
-    qtbot.addWidget(w)
-    return w
-
 
 def test_demo_window_shows_the_same_unattributed_figure_in_table_legend_and_core(
         window, demo_feed):
