@@ -19,7 +19,7 @@ public wrappers.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Callable
 
 _SUCCESS = 0
 _INSUFFICIENT_SIZE = 7
@@ -79,6 +79,24 @@ class Buffer:
         self.grow(reported)
 
 
+def fill(nvml: Any, buf: Buffer, call: Callable[[Any, Any], int], empty: int | None = None) -> int:
+    """Entries filled by ``call(array, byref(count))``, growing ``buf`` when the
+    driver reports more than it holds (at most twice, even while processes
+    start); 0 when the driver answers ``empty``.  Other answers raise NVMLError."""
+    count = buf.count
+    for _ in range(3):
+        count.value = buf.capacity
+        ret = call(buf.array, ctypes.byref(count))
+        if ret == _SUCCESS:
+            return count.value
+        if ret == empty:
+            return 0
+        if ret != _INSUFFICIENT_SIZE:
+            raise nvml.NVMLError(ret)
+        buf.grow_to(nvml, count.value)
+    raise nvml.NVMLError(_INSUFFICIENT_SIZE)
+
+
 def process_list(nvml: Any, name: str, handle: Any, buffers: dict[str, Buffer]
                  ) -> list[tuple[int, int | None]]:
     """(pid, used bytes or None) of one process-list query, one driver call
@@ -87,23 +105,12 @@ def process_list(nvml: Any, name: str, handle: Any, buffers: dict[str, Buffer]
     buf = buffers.get(name)
     if buf is None:
         buf = buffers[name] = Buffer(getattr(nvml, _PROCESS_STRUCTS[name]))
-    count = buf.count
-    for _ in range(3):  # grows at most twice even while processes start
-        count.value = buf.capacity
-        ret = fn(handle, ctypes.byref(count), buf.array)
-        if ret == _SUCCESS:
-            n = count.value
-            if n == 0:
-                return []
-            out = []
-            for entry in buf.array[:n]:
-                used = entry.usedGpuMemory
-                out.append((entry.pid, None if used >= _VALUE_NOT_AVAILABLE else used))
-            return out
-        if ret != _INSUFFICIENT_SIZE:
-            raise nvml.NVMLError(ret)
-        buf.grow_to(nvml, count.value)
-    raise nvml.NVMLError(_INSUFFICIENT_SIZE)
+    n = fill(nvml, buf, lambda array, count: fn(handle, count, array))
+    out = []
+    for entry in buf.array[:n]:
+        used = entry.usedGpuMemory
+        out.append((entry.pid, None if used >= _VALUE_NOT_AVAILABLE else used))
+    return out
 
 
 def process_utilization(nvml: Any, handle: Any, last_seen_us: int, buffers: dict[str, Buffer]
@@ -114,16 +121,6 @@ def process_utilization(nvml: Any, handle: Any, last_seen_us: int, buffers: dict
     buf = buffers.get("utilization")
     if buf is None:
         buf = buffers["utilization"] = Buffer(nvml.c_nvmlProcessUtilizationSample_t)
-    count = buf.count
     stamp = ctypes.c_ulonglong(last_seen_us)
-    for _ in range(3):
-        count.value = buf.capacity
-        ret = fn(handle, buf.array, ctypes.byref(count), stamp)
-        if ret == _SUCCESS:
-            return buf.array[:count.value]
-        if ret == _NOT_FOUND:
-            return []
-        if ret != _INSUFFICIENT_SIZE:
-            raise nvml.NVMLError(ret)
-        buf.grow_to(nvml, count.value)
-    raise nvml.NVMLError(_INSUFFICIENT_SIZE)
+    n = fill(nvml, buf, lambda array, count: fn(handle, array, count, stamp), empty=_NOT_FOUND)
+    return buf.array[:n]

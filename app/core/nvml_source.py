@@ -247,12 +247,7 @@ class NvmlSource(GpuSource):
         except nvml.NVMLError as err:
             if _fatal(err):
                 raise
-            code = err.value
-            dev.notes["power_limit"] = (
-                NA_NOT_SUPPORTED if code in _UNSUPPORTED
-                else NA_NO_PERMISSION if code == _NO_PERMISSION
-                else f"n/a ({err})"
-            )
+            dev.notes["power_limit"] = _na(err)
 
     def _open_mig(self, parent: _Device) -> list[_Device]:
         """MIG instances of ``parent`` as devices of their own (empty slots skipped)."""
@@ -426,11 +421,9 @@ class NvmlSource(GpuSource):
             else:
                 dev.notes[field] = NA_NOT_SUPPORTED
             return NA_NOT_SUPPORTED
-        if code == _NO_PERMISSION:
-            return NA_NO_PERMISSION
         if _fatal(err):
             raise err
-        return _na(err)  # this tick only: asked again next tick
+        return _na(err)  # this tick only (no permission included): asked again next tick
 
     def _read_memory(self, dev: _Device) -> tuple[int, int, int, int | None] | None:
         """(total, used, free, reserved) in bytes, or None if unsupported.
@@ -516,12 +509,9 @@ class NvmlSource(GpuSource):
                     dev.notes["processes"] = notes["processes"] = NA_NOT_SUPPORTED
                     dev.sm.clear()
                     return ()
-                if code == _NO_PERMISSION:
-                    notes["processes"] = NA_NO_PERMISSION
-                    return ()
-                if code in _DRIVER_GONE or code == _GPU_IS_LOST or code in _DEVICE_LEVEL:
+                if _fatal_code(code):
                     raise
-                notes["processes"] = _na(err)  # this tick only
+                notes["processes"] = _na(err)  # this tick only (no permission included)
                 return ()
 
         # pid -> [memory, kind bits].  A pid in both lists is one allocation
@@ -580,13 +570,11 @@ class NvmlSource(GpuSource):
                 dev.notes["sm_util"] = notes["sm_util"] = NA_NOT_SUPPORTED
                 dev.sm.clear()
                 return {}
-            elif code == _NO_PERMISSION:
-                notes["sm_util"] = NA_NO_PERMISSION
             elif _fatal(err):
                 raise
             else:
                 # A per-process extra: degrade it rather than the whole device.
-                notes["sm_util"] = f"n/a ({err})"
+                notes["sm_util"] = _na(err)
         if samples:
             seen_ts = last_ts = dev.last_ts
             newest: dict[int, tuple[int, int]] = {}
@@ -645,7 +633,11 @@ def _na(err: Any) -> str:
 
 def _fatal(err: Any) -> bool:
     """Errors that must reach the device/driver level handlers."""
-    return err.value == _GPU_IS_LOST or err.value in _DRIVER_GONE or err.value in _DEVICE_LEVEL
+    return _fatal_code(err.value)
+
+
+def _fatal_code(code: int) -> bool:
+    return code == _GPU_IS_LOST or code in _DRIVER_GONE or code in _DEVICE_LEVEL
 
 
 def _cc_v3_driver(version: str | None) -> bool:
