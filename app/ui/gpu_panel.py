@@ -270,8 +270,6 @@ class GpuPanel(QFrame):
         # Latest sample's unattributed memory (bytes, None = unknown) and why unknown.
         self._unattributed_now: int | None = None
         self._unattributed_reason: str | None = None
-        # Unattributed memory at each of the view's times (NaN = unknown), or None.
-        self._unattributed: np.ndarray | None = None
         self._available_count: int | None = None  # processes with history in span
 
         outer = QVBoxLayout(self)
@@ -611,11 +609,18 @@ class GpuPanel(QFrame):
             self.set_span(span_s)
         if now_epoch is not None:
             self.now_epoch = now_epoch
-        self._unattributed = view.unattributed if view.unattributed.shape == view.t.shape else None
         self._view = view
         self._labels = labels
         self.plot_dirty = False
         self._draw()
+
+    @property
+    def _unattributed(self) -> np.ndarray | None:
+        """Unattributed memory at each of the view's times (NaN = unknown), or None."""
+        view = self._view
+        if view is None or view.unattributed.shape != view.t.shape:
+            return None
+        return view.unattributed
 
     def wanted_keys(self, available: dict[Hashable, float]) -> list[Hashable]:
         """Which process series to fetch from history for the next draw.
