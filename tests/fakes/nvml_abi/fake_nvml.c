@@ -192,6 +192,18 @@ static fake_dev_t *device(nvmlDevice_t handle)
 
 static int is_mig(nvmlDevice_t handle) { return handle->slot >= 0; }
 
+/* A figure of the physical GPU: MIG devices and unset figures (< 0) answer
+ * NOT_SUPPORTED, as a driver does. */
+static nvmlReturn_t gpu_figure(nvmlDevice_t handle, long long value, unsigned int *out)
+{
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (is_mig(handle) || value < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *out = (unsigned)value;
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t copy_string(const char *value, char *out, unsigned int length)
 {
     if (out == NULL)
@@ -640,23 +652,13 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t handle, unsigned int *index)
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t handle, unsigned int *limit)
 {
     DEVICE_CALL(handle, G_POWER_LIMIT, dev);
-    if (limit == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (is_mig(handle) || dev->power_limit_mw < 0)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *limit = (unsigned)dev->power_limit_mw;
-    return NVML_SUCCESS;
+    return gpu_figure(handle, dev->power_limit_mw, limit);
 }
 
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t handle, unsigned int *limit)
 {
     DEVICE_CALL(handle, G_POWER_LIMIT, dev);
-    if (limit == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (is_mig(handle) || dev->power_limit_mw < 0)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *limit = (unsigned)dev->power_limit_mw;
-    return NVML_SUCCESS;
+    return gpu_figure(handle, dev->power_limit_mw, limit);
 }
 
 /* ----------------------------------------------------------------- memory */
@@ -752,23 +754,13 @@ nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t handle, nvmlTemperature_t *t
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t handle, unsigned int *power)
 {
     DEVICE_CALL(handle, G_POWER, dev);
-    if (power == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (is_mig(handle) || dev->power_mw < 0)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *power = (unsigned)dev->power_mw;
-    return NVML_SUCCESS;
+    return gpu_figure(handle, dev->power_mw, power);
 }
 
 nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t handle, unsigned int *speed)
 {
     DEVICE_CALL(handle, G_EXTRA, dev);
-    if (speed == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (is_mig(handle) || dev->fan < 0)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *speed = (unsigned)dev->fan;
-    return NVML_SUCCESS;
+    return gpu_figure(handle, dev->fan, speed);
 }
 
 /* -------------------------------------------------------------- processes */
