@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core import agent_client  # noqa: E402
+from app.core.agents import client as agent_client  # noqa: E402
 
 BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"
 

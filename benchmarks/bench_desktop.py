@@ -31,13 +31,13 @@ def run(gpu_count: int | None, processes: int | None, count: int) -> None:
 
     from PySide6.QtWidgets import QApplication
 
-    from app.core.alert_policy import AlertPolicy
-    from app.core.collector import Collector
-    from app.core.demo_agents import DemoAgents
-    from app.core.demo_source import DemoSource, scaled_scenario
-    from app.ui.main_window import idle_models
-    from app.ui.settings import AutoUnloadSettings
-    from app.ui.tray import TrayController
+    from app.core.policies.alerts import AlertPolicy
+    from app.core.monitor.collector import Collector
+    from app.core.agents.demo import DemoAgents
+    from app.core.monitor.demo_source import DemoSource, scaled_scenario
+    from app.ui.window.main_window import idle_models
+    from app.ui.settings.values import AutoUnloadSettings
+    from app.ui.shell.tray import TrayController
 
     app = QApplication.instance() or QApplication([])
     clock = [0.0]

@@ -22,7 +22,7 @@ def main() -> None:
 
     from PySide6.QtWidgets import QApplication
 
-    from app.ui.main_window import MainWindow
+    from app.ui.window.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     history, collector, clock, snapshot, fill_s = filled_history()

@@ -15,7 +15,7 @@ from benchmarks._scenario import PERIOD_S, filled_history
 def main() -> None:
     from PySide6.QtWidgets import QApplication
 
-    from app.ui.main_window import MainWindow
+    from app.ui.window.main_window import MainWindow
 
     proc = psutil.Process()
     app = QApplication.instance() or QApplication([])

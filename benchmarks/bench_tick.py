@@ -55,8 +55,8 @@ CONTENDERS = ("project", "raw", "nvitop", "gpustat")
 # --------------------------------------------------------------- child side
 
 def make_project() -> Callable[[], Any]:
-    from app.core.collector import Collector
-    from app.core.nvml_source import NvmlSource
+    from app.core.monitor.collector import Collector
+    from app.core.monitor.nvml_source import NvmlSource
 
     collector = Collector(NvmlSource(), pressure_policy=False)
     collector.open()

@@ -3,7 +3,7 @@
 The agent is injected into *other* Python interpreters by path (``agent-path``
 prints ``<bundle>/app/agent/_bootstrap``), so ``app/agent`` must exist there as
 plain ``.py`` source; the frozen copy inside the archive is for the app itself.
-``app.ui.application`` looks for ``resources/`` next to the ``app`` package.
+``app.ui.shell.application`` looks for ``resources/`` next to the ``app`` package.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ while time.time() < deadline and not os.listdir(entries):
     time.sleep(0.1)
 print("ENTRY " + json.dumps(sorted(os.listdir(entries))), flush=True)
 sys.path.insert(0, {root!r})
-from app.core.agent_client import read_registry, query_report
+from app.core.agents.client import read_registry, query_report
 [entry] = read_registry({runtime!r})
-from app.core.agent_client import unload
+from app.core.agents.client import unload
 for _ in range(50):
     report = query_report(entry, 10.0)
     if len(report.models) == 2:

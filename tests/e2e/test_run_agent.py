@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import agent_client
+from app.core.agents import client as agent_client
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"

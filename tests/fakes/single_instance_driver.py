@@ -20,7 +20,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QCoreApplication, QTimer
 
-from app.ui.single_instance import SingleInstance
+from app.ui.shell.single_instance import SingleInstance
 
 
 def main(args: list[str]) -> int:

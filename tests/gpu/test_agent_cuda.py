@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import agent_client
+from app.core.agents import client as agent_client
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024**2

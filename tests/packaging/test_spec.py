@@ -44,7 +44,7 @@ def run_spec(monkeypatch: pytest.MonkeyPatch, platform: str) -> dict[str, list[R
 
     hooks = types.ModuleType("PyInstaller.utils.hooks")
     hooks.collect_submodules = lambda package, filter=None: [
-        name for name in (f"{package}.cli", f"{package}.__main__", f"{package}.core.demo_source")
+        name for name in (f"{package}.cli", f"{package}.__main__", f"{package}.core.monitor.demo_source")
         if filter is None or filter(name)]
     for name in ("PyInstaller", "PyInstaller.utils"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
@@ -73,7 +73,7 @@ def test_agent_source_ships_where_agent_path_points() -> None:
 
 
 def test_icons_ship_next_to_the_app_package() -> None:
-    # app.ui.application looks for <bundle>/resources/icons.
+    # app.ui.shell.application looks for <bundle>/resources/icons.
     pairs = load("bundle_files").data_files()
     icons = {Path(src).name for src, dest in pairs if Path(dest) == Path("resources", "icons")}
     assert {p.name for p in (ROOT / "resources" / "icons").iterdir()} <= icons
@@ -84,7 +84,7 @@ def test_spec_freezes_the_launcher_with_the_data_files(monkeypatch: pytest.Monke
     (analysis,) = calls["Analysis"]
     assert analysis.args[0] == [os.path.join(str(PYINSTALLER_DIR), "launcher.py")]
     assert analysis.kwargs["datas"] == load("bundle_files").data_files()
-    assert analysis.kwargs["hiddenimports"] == ["app.cli", "app.core.demo_source"]
+    assert analysis.kwargs["hiddenimports"] == ["app.cli", "app.core.monitor.demo_source"]
     assert {"torch", "tkinter", "matplotlib"} <= set(analysis.kwargs["excludes"])
     (collect,) = calls["COLLECT"]
     assert collect.kwargs["name"] == "vram-steward"

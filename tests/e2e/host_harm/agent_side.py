@@ -3,7 +3,7 @@
 The poller is what the desktop app does to every attached process; the step
 actions are what a user (or the memory-pressure policy) does between two of
 the program's calls: unload a model, optionally reload it.  Both only ever go
-through ``app.core.agent_client``, on connections of their own.
+through ``app.core.agents.client``, on connections of their own.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core import agent_client
-from app.core.agent_types import AgentEntry, AgentReport, ModelInfo
+from app.core.agents import client as agent_client
+from app.core.agents.types import AgentEntry, AgentReport, ModelInfo
 
 POLL_INTERVAL_S = 0.25
 REPORT_TIMEOUT_S = 5.0

@@ -18,9 +18,9 @@ import os
 import sys
 import time
 
-from app.core.collector import Collector
-from app.core.nvml_source import NvmlSource
-from app.core.report import snapshot_to_json
+from app.core.monitor.collector import Collector
+from app.core.monitor.nvml_source import NvmlSource
+from app.core.monitor.report import snapshot_to_json
 from tests.fakes.nvml_abi import read_counts
 
 

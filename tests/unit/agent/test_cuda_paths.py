@@ -518,7 +518,7 @@ def test_free_cache_over_the_socket(install, agent):
 
 
 def test_free_cache_error_reaches_the_apps_client(install, agent):
-    from app.core import agent_client
+    from app.core.agents import client as agent_client
     fake = install(two_devices())
     fake.empty_error = RuntimeError("CUDA error: device-side assert triggered")
     entry = next(e for e in agent_client.read_registry(os.path.dirname(agent.registry_dir))

@@ -21,9 +21,9 @@ import pytest
 
 from app.agent import protocol
 from app.agent.server import Options, Server
-from app.core import agent_client
-from app.core.agent_client import AgentConnection
-from app.core.agent_types import AgentEntry
+from app.core.agents import client as agent_client
+from app.core.agents.client import AgentConnection
+from app.core.agents.types import AgentEntry
 
 from .conftest import PYTHON, REPO, Client, short_tmpdir
 

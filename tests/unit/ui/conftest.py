@@ -13,14 +13,14 @@ _ROOT = Path(__file__).resolve().parents[3]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from app.ui.qt_compat import guard_singleton_refcounts  # noqa: E402
+from app.ui.shell.qt_compat import guard_singleton_refcounts  # noqa: E402
 
 guard_singleton_refcounts()  # a no-op unless this PySide6 build needs it
 
 import pytest  # noqa: E402
 
-from app.core.collector import Collector  # noqa: E402
-from app.core.demo_source import DemoSource, scaled_scenario  # noqa: E402
+from app.core.monitor.collector import Collector  # noqa: E402
+from app.core.monitor.demo_source import DemoSource, scaled_scenario  # noqa: E402
 
 
 class DemoFeed:
@@ -60,8 +60,8 @@ def big_feed() -> DemoFeed:
 @pytest.fixture
 def window(qtbot):
     """A main window on an empty history; tests drive refresh() themselves."""
-    from app.core.history import History
-    from app.ui.main_window import MainWindow
+    from app.core.monitor.history import History
+    from app.ui.window.main_window import MainWindow
 
     w = MainWindow(History())
     w.display_timer.stop()

@@ -1,0 +1,502 @@
+"""Simulated agents for some demo processes (``--demo`` only).
+
+Numbers follow the demo's NVML figure of each process, so the app's
+breakdown adds up exactly as it would with a real agent::
+
+    nvml_used = context + reserved,   reserved = allocated + cache,
+    allocated >= parameter bytes on that GPU
+
+``free_cache`` really gives the cache back in the demo (``DemoSource.release``):
+the process's NVML figure drops by it; the training job's cache regrows.
+
+The model manager is simulated too: ``unload`` takes a model's bytes out of
+its process's NVML and allocator figures (``DemoSource.set_offloaded``) and
+empties the cache, as the real agent does; the model comes back on its next
+scripted use (reason "forward") or on ``reload``.  Scripted use: the training
+job's ResNet (train mode, stepped by its optimizer: training evidence, so
+refused without force and never auto-unloaded) and the eval job's BERT run
+continuously, the embedding server answers a request every ~1.3 s, and the
+notebook's StableDiffusion pipeline has been idle for hours (eligible for the
+pressure policy) until its user comes back every 20 minutes to run it (text
+encoder, then 4 s of UNet steps, then the VAE), which regrows its cache.
+Moves take plausible times: ~10 GB/s to and from pinned host memory, ~2 GB/s
+to and from disk.
+
+As with real ``from_pretrained`` models, every simulated parameter requires
+grad; that blocks nothing.  The simulated agents report what the real one
+does, by the same rule (``_auto_blocker``): model ids ``m1``, ``m2``, ... per
+process, ``first_seen``, ``idle_since`` (the last forward), the ResNet's
+``training_evidence``, and an ``auto_unload_blocker`` that is the model's
+unload blocker, else its training evidence, else "pinned", else "not on a
+GPU".  So the notebook's pipeline is eligible because it is idle and shows no
+training evidence.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from app.agent import protocol
+from app.core.agents.types import (AgentEntry, AgentReport, DeviceMemory, FreeCacheResult,
+                                  ModelActionResult, ModelEvent, ModelInfo)
+from app.core.agents.directory import AgentDirectory, ModelEventLog
+from app.core.monitor.demo_source import MiB, DemoSource, WatchedState
+
+PYTHON = "3.11.9"
+TORCH = "2.13.0+cu130"
+
+#: Simulated transfer rates (bytes/s) and a fixed cost per move (s).
+RATE = {"cpu": 10e9, "disk": 2e9}
+MOVE_OVERHEAD_S = 0.015
+EVENTS_KEPT = 64  # as the agent: a report carries the last 64 model events
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    name: str
+    class_name: str
+    params: int
+    bytes_per_param: int
+    buffer_bytes: int
+    training: bool  # train mode, stepped by an optimizer every iteration
+    group: str | None = None
+    use_offset_s: float = 0.0  # when, within one use of its process, it runs its forward
+    unload_blocker: str | None = None  # why any unload would be refused (none in the demo)
+
+    @property
+    def training_evidence(self) -> str | None:
+        return "train mode" if self.training else None
+
+    @property
+    def param_bytes(self) -> int:
+        return self.params * self.bytes_per_param
+
+    @property
+    def dtype(self) -> str:
+        return {2: "float16", 4: "float32"}[self.bytes_per_param]
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentSpec:
+    match: str  # a fragment of the demo process's command line
+    context: int  # bytes NVML counts outside the caching allocator
+    alloc_fixed: int  # allocated = alloc_fixed + alloc_frac * (natural reserved - alloc_fixed)
+    alloc_frac: float
+    models: tuple[_Model, ...]
+    idle_s: float | None  # seconds since the last forward (None: in use now)
+    gc_objects: int = 0
+    # None: used all the time (``idle_s`` behind); else used every this many
+    # seconds of its life (the first time one period in), idle ``idle_s`` before.
+    use_every_s: float | None = None
+    # Seconds before its process's simulated life began that its agent first saw
+    # the models (0: at that start).
+    seen_before_s: float = 0.0
+
+
+SPECS = (
+    _AgentSpec(  # cache saw-tooths over each 45 s period; live tensors stay put
+        "train.py", 528 * MiB, int(12.5 * 1024) * MiB - 528 * MiB, 0.0,
+        (_Model("model", "torchvision.models.resnet.ResNet", 25_557_032, 4, 212_904,
+                training=True),),
+        idle_s=None, gc_objects=412),
+    _AgentSpec(  # an idle notebook holding a fp16 pipeline and a sizeable cache
+        "ipykernel", 472 * MiB, 2100 * MiB, 0.0,
+        (_Model("pipe.unet", "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel", 859_520_964, 2, 0, False,
+                "StableDiffusionPipeline", use_offset_s=4.0),
+         _Model("pipe.text_encoder", "transformers.models.clip.modeling_clip.CLIPTextModel", 123_060_480, 2, 616, False,
+                "StableDiffusionPipeline", use_offset_s=0.05),
+         _Model("pipe.vae", "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL", 83_653_863, 2, 0, False,
+                "StableDiffusionPipeline", use_offset_s=4.3)),
+        idle_s=2 * 3600 + 17 * 60, gc_objects=9_031,
+        use_every_s=1200.0,  # ... until its user comes back every 20 minutes
+        seen_before_s=2 * 3600 + 17 * 60 + 25 * 60),  # loaded, used for 25 min, left
+    _AgentSpec(
+        "eval.py", 506 * MiB, 437_928_960 + 8192, 0.55,
+        (_Model("bert-base-uncased",
+                "transformers.models.bert.modeling_bert.BertForSequenceClassification",
+                109_483_778, 4, 8192, training=False),),
+        idle_s=None, gc_objects=57),
+    _AgentSpec(
+        "serve_embeddings.py", 458 * MiB, 90_852_864 + 8192, 0.85,
+        (_Model("encoder", "transformers.models.bert.modeling_bert.BertModel", 22_713_216, 4,
+                8192, training=False),),
+        idle_s=1.3, gc_objects=3),
+)
+
+
+@dataclass(slots=True)
+class _ModelState:
+    state: str = "resident"
+    offloaded_to: str | None = None
+    offloaded_at: float = 0.0  # seconds into its process's life
+    pinned: bool = False
+
+
+@dataclass(slots=True)
+class _ProcState:
+    """The simulated agent's model manager state for one demo process (one life)."""
+
+    pid: int
+    index: int
+    life: int
+    models: list[_ModelState]
+    events: collections.deque = field(default_factory=lambda: collections.deque(maxlen=EVENTS_KEPT))
+    seq: int = 0
+    idle_unload_s: float | None = None
+    local: float = 0.0  # seconds into its life when last simulated
+
+
+def model_id(i: int) -> str:
+    """The id of a process's ``i``-th model, as the real agent numbers them: m1, m2, ..."""
+    return f"m{i + 1}"
+
+
+def _auto_blocker(model: _Model, pinned: bool, on_gpu: bool) -> str | None:
+    """Why the agent refuses an automatic unload (the real agent's rule)."""
+    if model.unload_blocker:
+        return model.unload_blocker
+    if model.training_evidence:
+        return model.training_evidence
+    if pinned:
+        return "pinned"
+    if not on_gpu:
+        return "not on a GPU"
+    return None
+
+
+def _first_seen(spec: _AgentSpec, model: _Model) -> float:
+    """Seconds into its process's life when its agent first saw ``model``."""
+    return min(-spec.seen_before_s, _last_use(spec, model, 0.0))
+
+
+def _last_use(spec: _AgentSpec, model: _Model, local: float) -> float:
+    """Seconds into its process's life of ``model``'s last forward at ``local``."""
+    if spec.use_every_s is None:
+        return local - (spec.idle_s or 0.0)
+    period = spec.use_every_s
+    runs = math.floor((local - model.use_offset_s) / period)
+    if runs >= 1:
+        return runs * period + model.use_offset_s
+    return -(spec.idle_s or 0.0) + model.use_offset_s
+
+
+class DemoAgents(AgentDirectory):
+    def __init__(self, source: DemoSource) -> None:
+        self.source = source
+        self._lock = threading.RLock()
+        self._specs: dict[int, _AgentSpec] = {}
+        for index, proc in enumerate(source.processes):
+            for spec in SPECS:
+                if spec.match in proc.command:
+                    self._specs[index] = spec
+                    break
+        source.watch(list(self._specs))
+        self._cache_tick: int | None = None
+        self._cache: dict[int, AgentReport] = {}
+        self._procs: dict[int, _ProcState] = {}
+        self._log = ModelEventLog()
+        if self._specs:
+            source.before_read = self._simulate
+
+    # -- AgentDirectory
+    def reports(self) -> dict[int, AgentReport]:
+        with self._lock:
+            states = self.source.watched_state
+            tick = next(iter(states.values())).tick if states else None
+            if tick is None or tick != self._cache_tick or len(states) != len(self._cache):
+                for pid in [p for p in self._procs if p not in states]:
+                    del self._procs[pid]  # exited: a restart is a new process
+                for pid, st in states.items():
+                    self._proc(pid, st)
+                self._cache = {pid: self._report(pid, st) for pid, st in states.items()}
+                self._cache_tick = tick
+            return dict(self._cache)
+
+    def entries(self) -> list[AgentEntry]:
+        out = []
+        for pid, st in sorted(self.source.watched_state.items()):
+            proc = self.source.processes[st.index]
+            out.append(AgentEntry(pid=pid, create_time=None, address=f"demo:{pid}",
+                                  transport="demo", argv=tuple(proc.command.split()),
+                                  python=PYTHON, torch=TORCH, protocol=1,
+                                  agent_version="demo"))
+        return out
+
+    def _gpu_uuid(self, gpu: int) -> str:
+        """CUDA's spelling of the demo GPU's UUID (NVML's without "GPU-")."""
+        return f"demo{self.source.seed:04d}-{gpu:04d}"
+
+    def free_cache(self, pid: int, timeout_s: float = 30.0) -> FreeCacheResult:
+        with self._lock:
+            self.source.read()  # the figures now, not at the last tick
+            state = self.source.watched_state.get(pid)
+            if state is None:
+                return FreeCacheResult(pid=pid, ok=False, error="no agent in that process")
+            spec = self._specs[state.index]
+            _, reserved_before, allocated_before, _ = self._memory(spec, state)
+            self.source.release(state.index, reserved_before - allocated_before)
+            self.source.read()
+            after = self.source.watched_state.get(pid)
+            if after is None:
+                return FreeCacheResult(pid=pid, ok=False, error="the process exited")
+            _, reserved_after, _, _ = self._memory(spec, after)
+            self._cache_tick = None
+        return FreeCacheResult(pid=pid, ok=True, reserved_before=reserved_before,
+                               reserved_after=reserved_after,
+                               freed=max(0, reserved_before - reserved_after))
+
+    def collect_garbage(self, pid: int, timeout_s: float = 30.0) -> dict:
+        state = self.source.watched_state.get(pid)
+        if state is None:
+            return {"ok": False, "collected": None, "seconds": None,
+                    "error": "no agent in that process"}
+        spec = self._specs[state.index]
+        rng = random.Random(pid * 7919 + state.tick)
+        return {"ok": True, "collected": rng.randint(0, spec.gc_objects),
+                "seconds": round(0.004 + rng.random() * 0.03, 4), "error": None}
+
+    # -- model manager
+    def unload(self, pid: int, model: str, to: str = "cpu", force: bool = False,
+               reason: str = "manual", timeout_s: float = 300.0) -> ModelActionResult:
+        to = to or "cpu"  # the agent's default for a GPU model
+        if to not in RATE:
+            return ModelActionResult(pid, model, False, error=f"unknown target {to!r}",
+                                     code=protocol.BAD_PARAMS)
+        with self._lock:
+            found = self._find(pid, model)
+            if isinstance(found, ModelActionResult):
+                return found
+            proc, st, i = found
+            refusal = self._refusal(proc, st, i, force, reason)
+            if refusal:
+                return ModelActionResult(pid, model, False, error=refusal, code=protocol.REFUSED)
+            event = self._unload(proc, st, i, to, reason, st.local)
+            self._settle()
+        return ModelActionResult(pid, model, True, event=event)
+
+    def reload(self, pid: int, model: str, timeout_s: float = 300.0) -> ModelActionResult:
+        with self._lock:
+            found = self._find(pid, model)
+            if isinstance(found, ModelActionResult):
+                return found
+            proc, st, i = found
+            if proc.models[i].state != "offloaded":
+                return ModelActionResult(pid, model, False, code=protocol.REFUSED,
+                                         error=f"not offloaded (it is {proc.models[i].state})")
+            event = self._reload(proc, i, "manual")
+            self._settle()
+        return ModelActionResult(pid, model, True, event=event)
+
+    def pin(self, pid: int, model: str, pinned: bool, timeout_s: float = 10.0
+            ) -> ModelActionResult:
+        with self._lock:
+            found = self._find(pid, model, read=False)
+            if isinstance(found, ModelActionResult):
+                return found
+            proc, _, i = found
+            proc.models[i].pinned = bool(pinned)
+            self._cache_tick = None
+        return ModelActionResult(pid, model, True, pinned=bool(pinned))
+
+    def set_idle_unload(self, pid: int, seconds: float | None, timeout_s: float = 10.0) -> dict:
+        if seconds is not None and not seconds > 0:
+            return {"ok": False, "idle_unload_s": None, "error": "seconds must be > 0 or None",
+                    "code": protocol.BAD_PARAMS}
+        with self._lock:
+            st = self.source.watched_state.get(pid)
+            if st is None:
+                return {"ok": False, "idle_unload_s": None, "error": "no agent in that process",
+                        "code": protocol.NOT_FOUND}
+            self._proc(pid, st).idle_unload_s = None if seconds is None else float(seconds)
+            self._cache_tick = None
+        return {"ok": True, "idle_unload_s": None if seconds is None else float(seconds),
+                "error": None, "code": None}
+
+    def events_since(self, cursor: int = 0):  # type: ignore[no-untyped-def]
+        return self._log.since(cursor)
+
+    # -- internals: the simulated agents' model managers
+    def _proc(self, pid: int, st: WatchedState) -> _ProcState:
+        proc = self._procs.get(pid)
+        if proc is None:
+            spec = self._specs[st.index]
+            proc = _ProcState(pid, st.index, self.source.life(st.index),
+                              [_ModelState() for _ in spec.models], local=st.local)
+            self._procs[pid] = proc
+        return proc
+
+    def _find(self, pid: int, model: str, read: bool = True
+              ) -> "tuple[_ProcState, WatchedState, int] | ModelActionResult":
+        if read:
+            self.source.read()  # the figures now (and any scripted use since the last tick)
+        st = self.source.watched_state.get(pid)
+        if st is None:
+            return ModelActionResult(pid, model, False, error="no agent in that process",
+                                     code=protocol.NOT_FOUND)
+        spec = self._specs[st.index]
+        for i in range(len(spec.models)):
+            if model_id(i) == model:
+                return self._proc(pid, st), st, i
+        return ModelActionResult(pid, model, False, error=f"no model {model!r} in process {pid}",
+                                 code=protocol.NOT_FOUND)
+
+    def _settle(self) -> None:
+        self.source.read()  # watched_state (and so reports) show the move at once
+        self._cache_tick = None
+
+    def _blocker(self, proc: _ProcState | None, spec: _AgentSpec, i: int,
+                 st: WatchedState) -> str | None:
+        pinned = proc is not None and proc.models[i].pinned
+        return _auto_blocker(spec.models[i], pinned, on_gpu=self._memory(spec, st)[3])
+
+    def _refusal(self, proc: _ProcState, st: WatchedState, i: int, force: bool,
+                 reason: str) -> str | None:
+        spec = self._specs[st.index]
+        ms = proc.models[i]
+        if ms.state != "resident":
+            return f"already {ms.state}" + (f" to {ms.offloaded_to}" if ms.offloaded_to else "")
+        if not self._memory(spec, st)[3]:
+            return "still loading: its weights are not on the GPU yet"
+        m = spec.models[i]
+        if m.unload_blocker:
+            return m.unload_blocker
+        if m.training_evidence and (reason != "manual" or not force):
+            return f"training evidence: {m.training_evidence}"
+        if reason != "manual" and ms.pinned:
+            return "pinned"
+        return None
+
+    def _offloaded_bytes(self, proc: _ProcState) -> int:
+        spec = self._specs[proc.index]
+        return sum(m.param_bytes + m.buffer_bytes
+                   for m, ms in zip(spec.models, proc.models) if ms.state == "offloaded")
+
+    def _event(self, proc: _ProcState, i: int, **fields) -> ModelEvent:  # type: ignore[no-untyped-def]
+        proc.seq += 1
+        m = self._specs[proc.index].models[i]
+        event = ModelEvent(seq=proc.seq, time=time.time(), model=model_id(i), name=m.name,
+                           **fields)
+        proc.events.append(event)
+        self._log.add(proc.pid, (event,))
+        self._cache_tick = None
+        return event
+
+    def _unload(self, proc: _ProcState, st: WatchedState, i: int, to: str, reason: str,
+                local: float) -> ModelEvent:
+        """Move model ``i`` off the GPU and empty the cache (no read: callable from the hook)."""
+        spec = self._specs[proc.index]
+        m = spec.models[i]
+        nbytes = m.param_bytes + m.buffer_bytes
+        _, reserved, allocated, _ = self._memory(spec, st)
+        cache = max(0, reserved - allocated)
+        ms = proc.models[i]
+        ms.state, ms.offloaded_to, ms.offloaded_at = "offloaded", to, local
+        self.source.set_offloaded(proc.index, self._offloaded_bytes(proc))
+        self.source.release(proc.index, cache)
+        released = nbytes // MiB * MiB + cache // MiB * MiB
+        return self._event(proc, i, action="unload", state="offloaded", target=to,
+                           bytes_moved=nbytes, bytes_released=released,
+                           seconds=round(MOVE_OVERHEAD_S + nbytes / RATE[to], 4), reason=reason)
+
+    def _reload(self, proc: _ProcState, i: int, reason: str) -> ModelEvent:
+        m = self._specs[proc.index].models[i]
+        nbytes = m.param_bytes + m.buffer_bytes
+        ms = proc.models[i]
+        source_of = ms.offloaded_to or "cpu"
+        ms.state, ms.offloaded_to = "resident", None
+        self.source.set_offloaded(proc.index, self._offloaded_bytes(proc))
+        return self._event(proc, i, action="reload", state="resident", target=source_of,
+                           bytes_moved=nbytes, bytes_released=None,
+                           seconds=round(MOVE_OVERHEAD_S + nbytes / RATE[source_of], 4),
+                           reason=reason)
+
+    def _simulate(self, t: float) -> None:
+        """DemoSource.before_read: scripted forwards reload offloaded models (and
+        refill the notebook's cache); the agents' own idle TTL unloads."""
+        with self._lock:
+            for pid, st in list(self.source.watched_state.items()):
+                proc = self._procs.get(pid)
+                if proc is None or self.source.life(st.index) != proc.life:
+                    continue
+                spec = self._specs[st.index]
+                local = st.local + (t - st.elapsed)
+                previous, proc.local = proc.local, local
+                if spec.use_every_s is not None:
+                    # once a run of the pipeline is over, its activations have refilled the cache
+                    end = max(m.use_offset_s for m in spec.models) + 0.1
+                    if math.floor((local - end) / spec.use_every_s) > \
+                            math.floor((previous - end) / spec.use_every_s):
+                        self.source.regrow(st.index)
+                for i, (m, ms) in enumerate(zip(spec.models, proc.models)):
+                    last = _last_use(spec, m, local)
+                    if ms.state == "offloaded" and last > ms.offloaded_at:
+                        self._reload(proc, i, "forward")
+                    elif (ms.state == "resident" and proc.idle_unload_s is not None
+                          and self._blocker(proc, spec, i, st) is None
+                          and local - last >= proc.idle_unload_s):
+                        self._unload(proc, st, i, "cpu", "idle", local)
+
+    @staticmethod
+    def _memory(spec: _AgentSpec, st: WatchedState) -> tuple[int, int, int, bool]:
+        """(context, reserved, allocated, weights loaded) consistent with the NVML figure."""
+        context = min(spec.context, st.memory)
+        reserved = st.memory - context
+        offloaded = int(st.offloaded)
+        natural = reserved + int(st.released) + offloaded
+        allocated = spec.alloc_fixed + int(spec.alloc_frac * max(0, natural - spec.alloc_fixed))
+        # still loading (eval ramp) or noise at a tooth's foot:
+        allocated = min(allocated, reserved + offloaded)
+        loaded = allocated >= spec.alloc_fixed  # weights on the GPU yet?
+        return context, reserved, max(0, allocated - offloaded), loaded
+
+    def _report(self, pid: int, st: WatchedState) -> AgentReport:
+        spec = self._specs[st.index]
+        proc = self.source.processes[st.index]
+        state = self._procs.get(pid)
+        _, reserved, allocated, loaded = self._memory(spec, st)
+        now = time.time()
+        home = f"cuda:{st.gpu}"
+        rng = random.Random(pid * 104729 + st.tick)
+        models = []
+        for i, m in enumerate(spec.models):
+            ms = state.models[i] if state is not None else _ModelState()
+            if ms.state == "offloaded":
+                device = ms.offloaded_to or "cpu"
+                by_device = {"cpu": {"params": m.param_bytes, "buffers": m.buffer_bytes}} \
+                    if device == "cpu" else {}
+            else:
+                device = home if loaded else "cpu"
+                by_device = {device: {"params": m.param_bytes, "buffers": m.buffer_bytes}}
+            idle = st.local - _last_use(spec, m, st.local)
+            if spec.idle_s is None and spec.use_every_s is None:
+                idle = rng.uniform(0.0, 0.3)
+            models.append(ModelInfo(
+                id=model_id(i), name=m.name, class_name=m.class_name, params=m.params,
+                param_bytes=m.param_bytes, buffer_bytes=m.buffer_bytes, device=device,
+                dtype=m.dtype, training=m.training, last_used=now - idle,
+                requires_grad=True, group=m.group, bytes_by_device=by_device,
+                state=ms.state, offloaded_to=ms.offloaded_to, pinned=ms.pinned,
+                auto_unload_blocker=_auto_blocker(m, ms.pinned, loaded), home_device=home,
+                first_seen=min(now - idle, now - (st.local - _first_seen(spec, m))),
+                idle_since=now - idle, training_evidence=m.training_evidence,
+                unload_blocker=m.unload_blocker, placeholder_bytes=0))
+        peak_reserved = reserved if spec.match != "train.py" else max(
+            reserved, int(self.source.processes[st.index].base + proc.amp) - spec.context)
+        dev = DeviceMemory(index=st.gpu, allocated=allocated, reserved=reserved,
+                           peak_allocated=allocated + (512 * MiB if spec.match == "train.py" else 0),
+                           peak_reserved=peak_reserved, active=allocated,
+                           inactive_split=min(reserved - allocated, 37 * MiB)
+                           if reserved > allocated else 0,
+                           requested=allocated, num_alloc_retries=0, num_ooms=0,
+                           uuid=self._gpu_uuid(st.gpu))
+        return AgentReport(pid=pid, argv=tuple(proc.command.split()), python=PYTHON,
+                           torch=TORCH, torch_status="loaded", cuda_initialized=True,
+                           allocator_backend="native", devices=(dev,), models=tuple(models),
+                           oom_events=0, events=tuple(state.events) if state else (),
+                           idle_unload_s=state.idle_unload_s if state else None,
+                           received_at=now, round_trip_s=0.0004)

@@ -1,0 +1,178 @@
+"""One sampler tick: a source reading joined with host process details.
+
+Shared by the GUI's sampler thread and the CLI, so both show the same numbers.
+Qt-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from app.core.agents.directory import AgentDirectory
+from app.core.policies.pressure import PolicyRunner, PressurePolicyConfig
+from app.core.monitor.host_processes import HostProcessReader
+from app.core.monitor.nvml_source import NA_NOT_SUPPORTED, NA_SEE_MIG
+from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
+from app.core.monitor.source import GpuSource, SourceUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class Collector:
+    #: After the source fails, wait this long before trying to open it again
+    #: (the driver may come back: module reload, GPU reset).
+    RETRY_AFTER_S = 5.0
+
+    def __init__(self, source: GpuSource, host: HostProcessReader | None = None,
+                 agents: AgentDirectory | None = None,
+                 pressure_policy: "PolicyRunner | PressurePolicyConfig | bool" = True) -> None:
+        """``pressure_policy``: True (default) runs the memory-pressure policy
+        with its defaults whenever there are ``agents``; a config or a runner
+        to choose; False for none.  The runner is ``self.policy`` and
+        ``agents.pressure_policy`` (where the GUI finds it)."""
+        self.source = source
+        self._host = host
+        self.agents = agents
+        self.policy: PolicyRunner | None = None
+        if isinstance(pressure_policy, PolicyRunner):
+            self.policy = pressure_policy
+        elif agents is not None and pressure_policy is not False:
+            config = pressure_policy if isinstance(pressure_policy, PressurePolicyConfig) \
+                else None
+            self.policy = PolicyRunner(agents, config)
+        if agents is not None and self.policy is not None:
+            agents.pressure_policy = self.policy
+        self._agents_started = False
+        self._opened = False
+        self._driver_version: str | None = None
+        self._failed_at: float | None = None
+        self._last_error: str | None = None
+
+    def open(self) -> None:
+        """Open the source; raises :class:`SourceUnavailable` with the reason."""
+        if self.agents is not None and not self._agents_started:
+            # Started even when the source then fails: agents answer without NVML.
+            self._agents_started = True
+            try:
+                self.agents.start()
+            except Exception:
+                log.exception("starting the agent directory failed")
+        self.source.open()
+        self._opened = True
+        self._driver_version = self.source.driver_version()
+        if self.source.wants_host_details and self._host is None:
+            self._host = HostProcessReader()
+
+    def collect(self) -> Snapshot:
+        """One snapshot.  Never raises: a failing source yields an error snapshot."""
+        started = time.perf_counter()
+        try:
+            if not self._opened:
+                if (self._failed_at is not None
+                        and time.monotonic() - self._failed_at < self.RETRY_AFTER_S):
+                    return self._error_snapshot(self._last_error or "unavailable", started)
+                self.open()
+            gpus = self.source.read()
+        except SourceUnavailable as exc:
+            return self._fail(exc.reason, started)
+        except Exception as exc:  # a bug or an unexpected driver answer: keep sampling
+            log.exception("source read failed")
+            return self._fail(f"{type(exc).__name__}: {exc}", started)
+        self._failed_at = None
+        if self._host is not None and self.source.wants_host_details:
+            gpus = self._enrich(self._host, gpus)
+        agents = self._agent_reports()
+        snapshot = Snapshot(time.time(), time.monotonic(), self.source.name,
+                            self._driver_version, gpus, None, time.perf_counter() - started,
+                            agents)
+        if self.policy is not None:
+            self.policy.observe(snapshot)  # decides here, unloads on its own thread
+        return snapshot
+
+    def _agent_reports(self) -> dict:
+        if self.agents is None:
+            return {}
+        try:
+            return self.agents.reports()  # a copy under a lock: no I/O
+        except Exception:
+            log.exception("reading agent reports failed")
+            return {}
+
+    @staticmethod
+    def _enrich(host: HostProcessReader, gpus: tuple[GpuSample, ...]) -> tuple[GpuSample, ...]:
+        """Join host details to each GPU's processes.  A failure here (an
+        unexpected psutil error) leaves that GPU's processes as the source
+        reported them, host fields unknown, rather than losing the tick."""
+        live: set[int] = set()
+        enriched = []
+        now = time.monotonic()  # one tick: a pid on several GPUs is read once
+        for gpu in gpus:
+            if gpu.processes:
+                live.update(p.pid for p in gpu.processes)
+                try:
+                    gpu = dataclasses.replace(gpu, processes=tuple(host.enrich(gpu.processes, now)))
+                except Exception:
+                    log.exception("reading host details of GPU processes failed")
+            enriched.append(gpu)
+        # A device whose process list failed this tick (an error, no permission)
+        # keeps its processes' cache: their CPU baselines, and "exited" rather
+        # than "not visible".  Lists that never come (a MIG parent, not
+        # supported, a lost GPU) do not hold pruning back, and neither does a
+        # cache grown well past what is listed.
+        try:
+            if not any(_list_failed(g) for g in gpus) or host.cached() > 2 * len(live) + 256:
+                host.prune(live)
+        except Exception:
+            log.exception("pruning host process cache failed")
+        return tuple(enriched)
+
+    def _fail(self, reason: str, started: float) -> Snapshot:
+        if self._opened:
+            try:
+                self.source.close()
+            except Exception:
+                log.exception("closing a failed source")
+            self._opened = False
+        self._failed_at = time.monotonic()
+        self._last_error = reason
+        return self._error_snapshot(reason, started)
+
+    def _error_snapshot(self, reason: str, started: float) -> Snapshot:
+        return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
+                        (), reason, time.perf_counter() - started, self._agent_reports())
+
+    def close(self) -> None:
+        if self.policy is not None:
+            self.policy.close()
+        if self._agents_started and self.agents is not None:
+            self._agents_started = False
+            try:
+                self.agents.close()
+            except Exception:
+                log.exception("closing the agent directory failed")
+        if self._opened:
+            self.source.close()
+            self._opened = False
+
+
+def _list_failed(gpu: GpuSample) -> bool:
+    """Whether ``gpu``'s process list is unknown this tick only."""
+    if gpu.state is DeviceState.ERROR:
+        return True
+    note = gpu.notes.get("processes")
+    return note is not None and note not in (NA_SEE_MIG, NA_NOT_SUPPORTED)
+
+
+def default_agents_for(source: GpuSource) -> AgentDirectory:
+    """Simulated agents for the demo, real ones (AgentHub) for anything else."""
+    from app.core.monitor.demo_source import DemoSource
+
+    if isinstance(source, DemoSource):
+        from app.core.agents.demo import DemoAgents
+
+        return DemoAgents(source)
+    from app.core.agents.hub import AgentHub
+
+    return AgentHub()

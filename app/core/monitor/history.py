@@ -1,0 +1,384 @@
+"""Bounded history of device and per-process VRAM, in numpy ring buffers.
+
+Two resolutions per GPU:
+
+* **fine**: every tick for ``fine_span_s`` (default 1 h at the sample period);
+* **coarse**: the peak of each ``coarse_step_s`` bucket for ``coarse_span_s``
+  (default 24 h at 5 s).  Peaks, not means, because the question the user asks
+  of old history is "how close did we get to OOM?".
+
+Per-process series are rows of one 2-D float32 array per GPU, aligned with the
+GPU's tick slots, so appending a tick is one vectorised column write however
+many processes there are.  A process that exits keeps its row (NaN from then on)
+until its last value scrolls out of the coarse window, or until the row is
+needed and it is the longest-gone one.  Process rows live in lazily committed
+memory and are filled as time passes (a row's slots from before it was claimed
+are masked on read, not cleared), so resident memory grows with the history
+actually held, up to the bound and never past it.
+
+Memory bound, per GPU: ``(fine + coarse slots) * (8 + 8 + 4 + 8 + 8 + 8)`` bytes
+for the device series (used, utilisation, process total, unattributed), times
+and slot serials plus ``(fine + coarse slots) * 4 + 16`` bytes
+per process row, at most ``max_process_rows`` rows.  With the defaults (250 ms,
+1 h, 24 h at 5 s, 128 rows) that is 0.85 MiB + 128 * 124 KiB ≈ 16.3 MiB per GPU.
+
+Values are float32 bytes for processes (±5 KB precision at 80 GiB: plenty for a
+graph; exact figures come from the latest sample) and float64 for the device.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from app.core.monitor.naming import process_label
+from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
+
+ProcessKey = tuple[int, float | None]  # (pid, create time)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryConfig:
+    period_s: float = 0.25
+    fine_span_s: float = 3600.0
+    coarse_step_s: float = 5.0
+    coarse_span_s: float = 86400.0
+    max_process_rows: int = 128  # per GPU
+
+    @property
+    def fine_slots(self) -> int:
+        return max(2, math.ceil(self.fine_span_s / self.period_s))
+
+    @property
+    def coarse_slots(self) -> int:
+        return max(2, math.ceil(self.coarse_span_s / self.coarse_step_s))
+
+    def bound_bytes_per_gpu(self) -> int:
+        # Per ring slot: time f8 + used f8 + util f4 + serial i8 + process total
+        # f8 + unattributed f8; per process row: one f4 per slot plus its i8
+        # ``row_since`` in each of the 2 rings.
+        slots = self.fine_slots + self.coarse_slots
+        return slots * (8 + 8 + 4 + 8 + 8 + 8) + self.max_process_rows * (slots * 4 + 2 * 8)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesView:
+    """A time-ordered copy of one GPU's history over a span.
+
+    ``t`` is seconds relative to the newest sample (<= 0), ``used`` bytes,
+    ``util`` percent (NaN = unknown), ``processes`` maps a process key to its
+    bytes per slot (NaN where the process was absent or its figure unknown);
+    only the keys asked for when the view was made with ``keys``.
+    ``process_total`` is the sum over *all* processes per slot (the peak of
+    that sum in the coarse ring), so "everything else" needs no other rows.
+    ``unattributed`` is ``GpuSample.unattributed_memory`` per slot (its peak
+    in the coarse ring), NaN where unknown.
+    """
+
+    t: np.ndarray
+    used: np.ndarray
+    util: np.ndarray
+    processes: dict[ProcessKey, np.ndarray]
+    process_total: np.ndarray = field(default_factory=lambda: np.empty(0))
+    unattributed: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+
+class _Ring:
+    """Fixed-capacity time ring with a device series and process rows."""
+
+    def __init__(self, slots: int, max_rows: int) -> None:
+        self.slots = slots
+        self.max_rows = max_rows
+        self.time = np.empty(slots, dtype=np.float64)
+        self.used = np.empty(slots, dtype=np.float64)
+        self.util = np.empty(slots, dtype=np.float32)
+        self.proc_total = np.empty(slots, dtype=np.float64)  # bytes, all processes
+        self.unattributed = np.empty(slots, dtype=np.float64)  # bytes, NaN = unknown
+        self.serial = np.empty(slots, dtype=np.int64)  # write number held by each slot
+        # All rows up front, in lazily committed memory: a page becomes
+        # resident only when a process's values are first written to it.
+        self.rows = _lazy_array((max_rows, slots), np.float32)
+        self.row_since = np.zeros(max_rows, dtype=np.int64)  # first valid write number per row
+        self.count = 0  # slots written so far, capped at ``slots``
+        self.head = 0  # next slot to write
+        self.written = 0  # writes so far
+
+    def claim_row(self, row: int) -> None:
+        """Start a row afresh: whatever it held before reads as absent."""
+        self.row_since[row] = self.written
+
+    def row_series(self, row: int, order: np.ndarray) -> np.ndarray:
+        series = self.rows[row, order]
+        stale = self.serial[order] < self.row_since[row]
+        if stale.any():
+            series = series.copy()
+            series[stale] = np.nan
+        return series
+
+    def push(self, t: float, used: float, util: float, row_values: np.ndarray | None,
+             active_rows: int, proc_total: float = float("nan"),
+             unattributed: float = float("nan")) -> int:
+        slot = self.head
+        self.time[slot] = t
+        self.used[slot] = used
+        self.util[slot] = util
+        self.proc_total[slot] = proc_total
+        self.unattributed[slot] = unattributed
+        self.serial[slot] = self.written
+        self.written += 1
+        if active_rows:
+            column = self.rows[:active_rows, slot]
+            if row_values is None:
+                column[:] = np.nan
+            else:
+                column[:] = row_values[:active_rows]
+        self.head = (slot + 1) % self.slots
+        self.count = min(self.count + 1, self.slots)
+        return slot
+
+    def order(self) -> np.ndarray:
+        """Slot indices oldest → newest."""
+        if self.count < self.slots:
+            return np.arange(self.count)
+        return (np.arange(self.slots) + self.head) % self.slots
+
+    def newest_time(self) -> float | None:
+        if not self.count:
+            return None
+        return float(self.time[(self.head - 1) % self.slots])
+
+
+class GpuHistory:
+    """History of one GPU (or MIG device)."""
+
+    def __init__(self, config: HistoryConfig) -> None:
+        self.config = config
+        self.fine = _Ring(config.fine_slots, config.max_process_rows)
+        self.coarse = _Ring(config.coarse_slots, config.max_process_rows)
+        self.row_of: dict[ProcessKey, int] = {}
+        self.last_seen: dict[ProcessKey, float] = {}  # monotonic seconds
+        self.labels: dict[ProcessKey, str] = {}
+        self._free_rows: list[int] = []
+        self._next_row = 0
+        self._bucket_start: float | None = None
+        self._bucket_first_slot = 0
+        self.memory_total: int | None = None
+
+    # -- rows -----------------------------------------------------------------
+    def _row_for(self, key: ProcessKey, now: float, live: set[ProcessKey]) -> int | None:
+        row = self.row_of.get(key)
+        if row is not None:
+            return row
+        if self._free_rows:
+            row = self._free_rows.pop()
+        elif self._next_row < self.config.max_process_rows:
+            row = self._next_row
+            self._next_row += 1
+        else:
+            row = self._evict_longest_gone(now, live)
+            if row is None:
+                return None  # every row holds a live process: drop the newcomer's history
+        self.fine.claim_row(row)
+        self.coarse.claim_row(row)
+        self.row_of[key] = row
+        return row
+
+    def _evict_longest_gone(self, now: float, live: set[ProcessKey]) -> int | None:
+        # ``live``: every process of the sample being added, including those
+        # not yet processed (their ``last_seen`` is still the previous tick's).
+        gone = [(seen, key) for key, seen in self.last_seen.items()
+                if seen < now and key not in live]
+        if not gone:
+            return None
+        _, key = min(gone, key=lambda item: item[0])
+        return self._release(key)
+
+    def _release(self, key: ProcessKey) -> int:
+        row = self.row_of.pop(key)
+        self.last_seen.pop(key, None)
+        self.labels.pop(key, None)
+        return row
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.config.coarse_span_s
+        for key in [k for k, seen in self.last_seen.items() if seen < horizon]:
+            self._free_rows.append(self._release(key))
+
+    # -- appending ------------------------------------------------------------
+    def add(self, gpu: GpuSample, now: float) -> None:
+        self.memory_total = gpu.memory_total
+        values = np.full(self._next_row, np.nan, dtype=np.float32) if self._next_row else None
+        live = {proc.key for proc in gpu.processes}
+        proc_total = 0
+        known = False
+        for proc in gpu.processes:
+            key = proc.key
+            if proc.gpu_memory is not None:
+                proc_total += proc.gpu_memory
+                known = True
+            row = self._row_for(key, now, live)
+            if row is None:
+                continue
+            if values is None or row >= values.shape[0]:
+                grown = np.full(self._next_row, np.nan, dtype=np.float32)
+                if values is not None:
+                    grown[: values.shape[0]] = values
+                values = grown
+            if proc.gpu_memory is not None:
+                values[row] = proc.gpu_memory
+            self.last_seen[key] = now
+            if key not in self.labels:
+                self.labels[key] = _label(proc)
+        used = float("nan") if gpu.memory_used is None else float(gpu.memory_used)
+        util = float("nan") if gpu.utilization_gpu is None else float(gpu.utilization_gpu)
+        total = float(proc_total) if known else float("nan")
+        unattributed = gpu.unattributed_memory
+        slot = self.fine.push(now, used, util, values, self._next_row, total,
+                              float("nan") if unattributed is None else float(unattributed))
+        self._roll_coarse(now, slot)
+
+    def _roll_coarse(self, now: float, slot: int) -> None:
+        if self._bucket_start is None:
+            self._bucket_start = now
+            self._bucket_first_slot = slot
+            return
+        if now - self._bucket_start < self.config.coarse_step_s:
+            return
+        fine = self.fine
+        first = self._bucket_first_slot
+        if first <= slot:
+            cols = np.arange(first, slot + 1)
+        else:  # wrapped around the ring
+            cols = np.concatenate((np.arange(first, fine.slots), np.arange(0, slot + 1)))
+        rows = self._next_row
+        with np.errstate(all="ignore"), _nan_warnings_off():
+            used = _nanmax(fine.used[cols])
+            util = _nanmax(fine.util[cols])
+            proc_total = _nanmax(fine.proc_total[cols])
+            unattributed = _nanmax(fine.unattributed[cols])
+            block = fine.rows[:rows][:, cols]
+            stale = fine.serial[cols][None, :] < fine.row_since[:rows][:, None]
+            block[stale] = np.nan
+            row_peaks = np.nanmax(block, axis=1) if rows else None
+        self.coarse.push(now, used, util, row_peaks, rows, proc_total, unattributed)
+        self._bucket_start = now
+        self._bucket_first_slot = (slot + 1) % fine.slots
+        self._expire(now)
+
+    # -- reading --------------------------------------------------------------
+    def available(self, span_s: float) -> dict[ProcessKey, float]:
+        """Processes with history in the last ``span_s``: key → when last seen,
+        in seconds relative to the newest sample (<= 0)."""
+        newest = self.fine.newest_time()
+        if newest is None:
+            return {}
+        since = newest - span_s
+        return {key: seen - newest for key, seen in self.last_seen.items() if seen >= since}
+
+    def view(self, span_s: float, keys: Iterable[ProcessKey] | None = None) -> SeriesView:
+        """The last ``span_s`` seconds, from the fine ring when it covers them.
+
+        ``keys`` limits the process series copied (a plot shows a handful of
+        the up to 128 it could); None copies every process with data in span.
+        """
+        # The fine ring also serves long spans until it has wrapped once: it then
+        # still holds everything, at full resolution.
+        fine_has_all = self.fine.count < self.fine.slots
+        ring = self.fine if span_s <= self.config.fine_span_s or fine_has_all else self.coarse
+        newest = ring.newest_time()
+        if newest is None:
+            empty = np.empty(0)
+            return SeriesView(empty, empty, empty, {})
+        order = ring.order()
+        times = ring.time[order]
+        keep = times >= newest - span_s
+        order = order[keep]
+        t = ring.time[order] - newest
+        procs: dict[ProcessKey, np.ndarray] = {}
+        wanted = self.row_of.items() if keys is None else (
+            (key, self.row_of[key]) for key in keys if key in self.row_of)
+        for key, row in wanted:
+            series = ring.row_series(row, order)
+            if not np.all(np.isnan(series)):
+                procs[key] = series
+        return SeriesView(t, ring.used[order], ring.util[order].astype(np.float64), procs,
+                          ring.proc_total[order], ring.unattributed[order])
+
+
+class History:
+    """History of every GPU, keyed by ``GpuSample.display_id``."""
+
+    def __init__(self, config: HistoryConfig | None = None) -> None:
+        self.config = config or HistoryConfig()
+        self.gpus: dict[str, GpuHistory] = {}
+
+    def add(self, snapshot: Snapshot) -> None:
+        for gpu in snapshot.gpus:
+            hist = self.gpus.get(gpu.display_id)
+            if hist is None:
+                hist = self.gpus[gpu.display_id] = GpuHistory(self.config)
+            hist.add(gpu, snapshot.monotonic)
+
+    def view(self, display_id: str, span_s: float,
+             keys: Iterable[ProcessKey] | None = None) -> SeriesView:
+        hist = self.gpus.get(display_id)
+        if hist is None:
+            empty = np.empty(0)
+            return SeriesView(empty, empty, empty, {})
+        return hist.view(span_s, keys)
+
+    def available(self, display_id: str, span_s: float) -> dict[ProcessKey, float]:
+        hist = self.gpus.get(display_id)
+        return hist.available(span_s) if hist else {}
+
+    def label(self, display_id: str, key: ProcessKey) -> str:
+        hist = self.gpus.get(display_id)
+        return (hist.labels.get(key) if hist else None) or f"pid {key[0]}"
+
+    def bound_bytes(self) -> int:
+        return self.config.bound_bytes_per_gpu() * max(1, len(self.gpus))
+
+
+def _label(proc: ProcessSample) -> str:
+    if not proc.name and not proc.command:
+        return f"pid {proc.pid}"
+    return process_label(proc)
+
+
+def _lazy_array(shape: tuple[int, int], dtype: type) -> np.ndarray:
+    """A zeroed array whose pages are committed on first write.
+
+    numpy's allocator asks Linux for transparent huge pages on big arrays, so
+    one write per row (a tick writes a column across process rows) would make
+    a whole 2 MiB region resident; an anonymous mmap is committed 4 KiB at a
+    time, which keeps resident memory proportional to history actually held.
+    """
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if nbytes == 0:
+        return np.zeros(shape, dtype=dtype)
+    buffer = mmap.mmap(-1, nbytes)
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def _nanmax(values: np.ndarray) -> float:
+    if values.size == 0 or np.all(np.isnan(values)):
+        return float("nan")
+    return float(np.nanmax(values))
+
+
+class _nan_warnings_off:
+    """np.nanmax warns on all-NaN rows (a process absent for a whole bucket)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: object) -> None:
+        self._ctx.__exit__(*exc)

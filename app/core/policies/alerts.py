@@ -1,0 +1,218 @@
+"""When to warn the user: a GPU near its VRAM limit, or a process that hit OOM.
+
+Qt-free and pure: ``AlertPolicy.evaluate(snapshot)`` returns the alerts to show
+now; notification delivery (tray, D-Bus, banner) is someone else's job.
+
+Memory alerts are per GPU with hysteresis: one alert when usage crosses the
+threshold (default 90 % of total), then silence until usage has dropped below
+the re-arm level (default 85 %) *and* the minimum interval has passed.  A
+pause suppresses alerts without disarming, so a GPU still full when the pause
+ends is reported then.  OOM alerts fire when an attached process's OOM count
+rises; allocation-retry alerts when its retry count rises (memory pressure
+inside the caching allocator), each at most once per minimum interval per
+process.  Counts seen the first time are a baseline, not news.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.monitor.naming import short_name
+from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class AlertConfig:
+    threshold: float = 0.90  # fraction of total
+    rearm: float = 0.85  # fraction of total; must be below threshold
+    min_interval_s: float = 300.0  # between two alerts of one GPU (or one process)
+    enabled: bool = True
+    oom_alerts: bool = True
+    retry_alerts: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError("threshold must be in (0, 1]")
+        if not 0.0 <= self.rearm < self.threshold:
+            raise ValueError("re-arm level must be below the threshold")
+        if self.min_interval_s < 0:
+            raise ValueError("minimum interval must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class TopProcess:
+    pid: int
+    name: str
+    gpu_memory: int | None  # bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    kind: str  # "memory", "oom" or "alloc_retries"
+    display_id: str | None  # the GPU ("0", "0/mig1"); None for a process alert off any GPU
+    title: str
+    message: str
+    level: float | None = None  # used / total, memory alerts
+    used: int | None = None  # bytes
+    total: int | None = None  # bytes
+    top: tuple[TopProcess, ...] = ()
+    freeable: int | None = None  # bytes free-cache could release (agents' caches); None = unknown
+    pid: int | None = None  # process alerts
+    count: int | None = None  # OOMs or retries so far
+    time: float = 0.0  # snapshot monotonic seconds
+
+
+@dataclass(slots=True)
+class _GpuState:
+    armed: bool = True
+    last_alert: float | None = None
+
+
+@dataclass(slots=True)
+class _Count:
+    """A count that only matters when it rises (OOMs, allocation retries)."""
+
+    value: int | None = None
+    last_alert: float | None = None
+
+    def rose_and_due(self, value: int | None, now: float, interval: float) -> bool:
+        """Record ``value``; True when it rose and no alert was given within ``interval``.
+        The first value seen is a baseline, not news."""
+        if value is None:
+            return False
+        rose = self.value is not None and value > self.value
+        self.value = value
+        return rose and (self.last_alert is None or now - self.last_alert >= interval)
+
+
+@dataclass(slots=True)
+class _ProcessState:
+    ooms: _Count = field(default_factory=_Count)
+    retries: _Count = field(default_factory=_Count)
+
+
+@dataclass
+class AlertPolicy:
+    config: AlertConfig = field(default_factory=AlertConfig)
+    per_gpu: dict[str, AlertConfig] = field(default_factory=dict)  # display_id -> override
+    _gpus: dict[str, _GpuState] = field(default_factory=dict)
+    _procs: dict[int, _ProcessState] = field(default_factory=dict)  # by pid
+    _paused_until: float | None = None
+
+    def config_for(self, display_id: str) -> AlertConfig:
+        return self.per_gpu.get(display_id, self.config)
+
+    # -- pause ---------------------------------------------------------------------------
+    def pause(self, until_monotonic: float) -> None:
+        """No alerts until then ("Pause alerts for 1 h")."""
+        self._paused_until = until_monotonic
+
+    def resume(self) -> None:
+        self._paused_until = None
+
+    def paused(self, now: float) -> bool:
+        return self._paused_until is not None and now < self._paused_until
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self, snapshot: Snapshot) -> list[Alert]:
+        now = snapshot.monotonic
+        quiet = self.paused(now)
+        alerts: list[Alert] = []
+        for gpu in snapshot.gpus:
+            alert = self._memory(gpu, snapshot, now, quiet)
+            if alert is not None:
+                alerts.append(alert)
+        alerts.extend(self._process_alerts(snapshot, now, quiet))
+        return alerts
+
+    def _memory(self, gpu: GpuSample, snapshot: Snapshot, now: float,
+                quiet: bool) -> Alert | None:
+        cfg = self.config_for(gpu.display_id)
+        state = self._gpus.setdefault(gpu.display_id, _GpuState())
+        level = gpu.memory_fraction
+        if gpu.state is not DeviceState.OK or level is None:
+            return None  # unknown is not "fine" but also not an alert of this kind
+        if level < cfg.rearm:
+            state.armed = True
+            return None
+        if not (cfg.enabled and level >= cfg.threshold and state.armed) or quiet:
+            return None
+        if state.last_alert is not None and now - state.last_alert < cfg.min_interval_s:
+            return None
+        state.armed = False
+        state.last_alert = now
+        top = tuple(TopProcess(p.pid, short_name(p), p.gpu_memory) for p in sorted(
+            gpu.processes, key=lambda p: -(p.gpu_memory or 0))[:3])
+        freeable = _freeable(gpu, snapshot.agents)
+        title = f"GPU {gpu.display_id} at {level * 100:.0f} % of its memory"
+        parts = [f"{gpu.name}: {_gib(gpu.memory_used)} of {_gib(gpu.memory_total)} used."]
+        if top:
+            parts.append("Top: " + ", ".join(
+                f"{t.name} ({t.pid}) {_gib(t.gpu_memory)}" for t in top) + ".")
+        if freeable:
+            parts.append(f"Free cache could release about {_gib(freeable)}.")
+        return Alert("memory", gpu.display_id, title, " ".join(parts), level=level,
+                     used=gpu.memory_used, total=gpu.memory_total, top=top, freeable=freeable,
+                     time=now)
+
+    def _process_alerts(self, snapshot: Snapshot, now: float, quiet: bool) -> list[Alert]:
+        cfg = self.config
+        alerts: list[Alert] = []
+        if not snapshot.agents and not self._procs:
+            return alerts
+        where = {p.pid: (p, g.display_id) for g in snapshot.gpus for p in g.processes
+                 if p.pid in snapshot.agents}
+        seen: set[int] = set()
+        for pid, report in snapshot.agents.items():
+            seen.add(pid)
+            state = self._procs.setdefault(pid, _ProcessState())
+            ooms = _total(d.num_ooms for d in report.devices)
+            if report.oom_events is not None:
+                ooms = max(ooms or 0, report.oom_events)
+            retries = _total(d.num_alloc_retries for d in report.devices)
+            proc, display_id = where.get(pid, (None, None))
+            name = short_name(proc) if proc is not None else f"pid {pid}"
+            if (state.ooms.rose_and_due(ooms, now, cfg.min_interval_s)
+                    and cfg.oom_alerts and not quiet):
+                state.ooms.last_alert = now
+                alerts.append(Alert(
+                    "oom", display_id, f"{name} ran out of GPU memory",
+                    f"{name} ({pid}) hit CUDA out of memory ({ooms} so far).",
+                    pid=pid, count=ooms, time=now))
+            if (state.retries.rose_and_due(retries, now, cfg.min_interval_s)
+                    and cfg.retry_alerts and not quiet):
+                state.retries.last_alert = now
+                alerts.append(Alert(
+                    "alloc_retries", display_id, f"{name} is short of GPU memory",
+                    f"{name} ({pid}): the caching allocator had to free its cache and retry "
+                    f"({retries} retries so far); an OOM may follow.",
+                    pid=pid, count=retries, time=now))
+        for key in [k for k in self._procs if k not in seen]:
+            del self._procs[key]  # the process left: forget it
+        return alerts
+
+
+def _freeable(gpu: GpuSample, agents: Any) -> int | None:
+    total = 0
+    known = False
+    for proc in gpu.processes:
+        report = agents.get(proc.pid) if agents else None
+        if report is None:
+            continue
+        dev = report.device_for_gpu(gpu.index, gpu.uuid)
+        if dev is not None and dev.cache is not None:
+            total += dev.cache
+            known = True
+    return total if known else None
+
+
+def _total(values: Any) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _gib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / GiB:.1f} GiB"

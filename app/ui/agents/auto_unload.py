@@ -1,0 +1,279 @@
+"""The app's memory-pressure policy in the UI: its settings control and its driver.
+
+:class:`AutoUnloadControl` is the compact "Auto-unload" button of the main
+window; its popup edits an :class:`~app.ui.settings.values.AutoUnloadSettings`.
+
+:class:`PolicyDriver` is the GUI's handle on the app's one policy
+(``app.core.policies.pressure.PolicyRunner``):
+the Collector feeds it every snapshot on the sampler thread and it unloads on
+a worker thread of its own; the driver applies the settings to it and shows its
+decisions (status bar, Activity log, the rows of the models it is moving).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFormLayout,
+    QLabel,
+    QMenu,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+    QWidgetAction,
+)
+
+from app.core.monitor.samples import Snapshot
+from app.ui.settings.values import AutoUnloadSettings
+
+log = logging.getLogger(__name__)
+
+
+# -- settings control ---------------------------------------------------------------------------
+
+def spin_box(parent: QWidget, lo: int, hi: int, suffix: str, name: str, tip: str) -> QSpinBox:
+    spin = QSpinBox(parent)
+    spin.setObjectName(name)
+    spin.setRange(lo, hi)
+    spin.setSuffix(suffix)
+    spin.setToolTip(tip)
+    return spin
+
+
+class AutoUnloadForm(QWidget):
+    """Enabled, threshold %, re-arm %, minimum idle minutes."""
+
+    changed = Signal(object)  # AutoUnloadSettings
+
+    def __init__(self, settings: AutoUnloadSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("autoUnloadForm")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(12, 10, 12, 10)
+        lay.setSpacing(8)
+        self.enabled_box = QCheckBox("Unload idle models when a GPU is nearly full", self)
+        self.enabled_box.setObjectName("autoUnloadEnabled")
+        lay.addWidget(self.enabled_box)
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        form.setContentsMargins(22, 0, 0, 0)
+        form.setHorizontalSpacing(10)
+        form.setVerticalSpacing(6)
+        self.threshold_spin = spin_box(self, 50, 99, " %", "autoUnloadThreshold",
+                                       "Act when a GPU's used memory reaches this share of "
+                                       "its total")
+        self.rearm_spin = spin_box(self, 40, 98, " %", "autoUnloadRearm",
+                                   "After acting, act again only once usage has fallen below "
+                                   "this share (no back-and-forth around the threshold)")
+        self.idle_spin = spin_box(self, 0, 24 * 60, " min", "autoUnloadMinIdle",
+                                  "Only models idle at least this long are unloaded (no "
+                                  "forward pass; before the first one, since the agent first "
+                                  "saw them); pinned models and models with training evidence "
+                                  "never are")
+        form.addRow("Threshold", self.threshold_spin)
+        form.addRow("Re-arm below", self.rearm_spin)
+        form.addRow("Idle for at least", self.idle_spin)
+        lay.addLayout(form)
+        self.note = QLabel(self)
+        self.note.setObjectName("secondary")
+        self.note.setWordWrap(True)
+        self.note.setText("The longest idle models go first, to host memory; the next "
+                          "forward pass reloads them.")
+        self.note.setMaximumWidth(320)
+        lay.addWidget(self.note)
+        self._settings = settings
+        self.set_settings(settings)
+        self.enabled_box.toggled.connect(self._emit)
+        for spin in (self.threshold_spin, self.rearm_spin, self.idle_spin):
+            spin.valueChanged.connect(self._emit)
+
+    def set_settings(self, s: AutoUnloadSettings) -> None:
+        self._settings = s
+        widgets = (self.enabled_box, self.threshold_spin, self.rearm_spin, self.idle_spin)
+        for w in widgets:
+            w.blockSignals(True)
+        self.enabled_box.setChecked(s.enabled)
+        self.threshold_spin.setValue(round(s.threshold * 100))
+        self.rearm_spin.setValue(round(s.rearm * 100))
+        self.idle_spin.setValue(round(s.min_idle_s / 60))
+        for w in widgets:
+            w.blockSignals(False)
+        for w in widgets[1:]:
+            w.setEnabled(s.enabled)
+
+    def settings(self) -> AutoUnloadSettings:
+        return self._settings
+
+    def _emit(self, *_args) -> None:
+        s = AutoUnloadSettings(self.enabled_box.isChecked(), self.threshold_spin.value() / 100,
+                               self.rearm_spin.value() / 100, self.idle_spin.value() * 60.0,
+                               self._settings.min_interval_s).normalised()
+        self.set_settings(s)  # shows the clamped values (re-arm below the threshold)
+        self.changed.emit(s)
+
+
+class AutoUnloadControl(QToolButton):
+    """"Auto-unload: at 90 %" — a button whose popup is the :class:`AutoUnloadForm`."""
+
+    settings_changed = Signal(object)  # AutoUnloadSettings
+
+    def __init__(self, settings: AutoUnloadSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("autoUnloadButton")
+        self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.menu_ = QMenu(self)
+        self.form = AutoUnloadForm(settings, self.menu_)
+        action = QWidgetAction(self.menu_)
+        action.setDefaultWidget(self.form)
+        self.menu_.addAction(action)
+        self.setMenu(self.menu_)
+        self.form.changed.connect(self._on_changed)
+        self.available = True
+        self._show(settings)
+
+    def set_settings(self, s: AutoUnloadSettings) -> None:
+        self.form.set_settings(s)
+        self._show(s)
+
+    def settings(self) -> AutoUnloadSettings:
+        return self.form.settings()
+
+    def set_available(self, available: bool, why: str = "") -> None:
+        self.available = available
+        self._unavailable_why = why
+        self._show(self.form.settings())
+
+    def _on_changed(self, s: AutoUnloadSettings) -> None:
+        self._show(s)
+        self.settings_changed.emit(s)
+
+    def _show(self, s: AutoUnloadSettings) -> None:
+        self.setText(s.summary())
+        tip = ("Memory-pressure policy: when a GPU's used memory reaches "
+               f"{s.threshold * 100:.0f} %, idle models (idle ≥ {s.min_idle_s / 60:g} min, not "
+               f"pinned) are unloaded to host memory until it is below; it acts again after "
+               f"usage fell under {s.rearm * 100:.0f} %."
+               if s.enabled else "Memory-pressure policy: off (models are unloaded only by "
+               "hand or by a process's own idle timer)")
+        if not self.available:
+            tip += "\n\nNot available: " + (getattr(self, "_unavailable_why", "") or
+                                            "this build has no pressure policy")
+        self.setToolTip(tip + "\n\nClick to change.")
+
+
+# -- the policy -------------------------------------------------------------------------------
+
+def config_from_settings(settings: AutoUnloadSettings, base: Any = None) -> Any:
+    """The core policy's config (``PressurePolicyConfig``) with the settings' values;
+    fields the settings do not have (e.g. ``target``) are kept from ``base``."""
+    s = settings.normalised()
+    values = dataclasses.asdict(s)
+    if base is None:
+        from app.core.policies.pressure import PressurePolicyConfig
+
+        base = PressurePolicyConfig()
+    names = {f.name for f in dataclasses.fields(base)}
+    return dataclasses.replace(base, **{k: v for k, v in values.items() if k in names})
+
+
+RunnerLike = Any  # app.core.policies.pressure.PolicyRunner, or a callable returning one
+
+
+class PolicyDriver(QObject):
+    """The GUI's handle on the app's memory-pressure policy.
+
+    The policy itself (``app.core.policies.pressure.PolicyRunner``) is fed by the
+    Collector on the sampler thread — deciding costs microseconds — and carries
+    its unloads out on a worker thread of its own; the agent directory exposes
+    it as ``pressure_policy``.  This driver, on the GUI thread:
+
+    * applies the Auto-unload settings to it (again whenever the source, and so
+      the runner, changes: a new runner starts from its defaults);
+    * reads its decision log on every snapshot (``decisions_since``: a cursor,
+      no I/O) and emits each new or updated decision.
+    """
+
+    decision = Signal(object)  # PolicyDecision: new, or updated with its results
+
+    def __init__(self, runner: RunnerLike = None, settings: AutoUnloadSettings | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._runner = runner
+        self.settings = (settings or AutoUnloadSettings()).normalised()
+        self._applied_to: Any = None  # the runner the settings were last applied to
+        self._cursor = 0
+        self._emitted: dict[int, bool] = {}  # decision seq -> done, as last emitted
+        #: Bumped when the runner changes (its decisions' seqs start from 1 again).
+        self.generation = 0
+        self.error: str | None = None
+
+    def runner(self) -> Any:
+        r = self._runner
+        if r is None or hasattr(r, "decisions_since"):
+            return r
+        try:
+            return r()
+        except Exception:
+            log.exception("looking up the pressure policy failed")
+            return None
+
+    @property
+    def available(self) -> bool:
+        return self._runner is not None
+
+    def apply(self, settings: AutoUnloadSettings) -> None:
+        """Use ``settings`` from now on."""
+        self.settings = settings.normalised()
+        runner = self.runner()
+        if runner is not None:
+            self._apply_to(runner)
+
+    def _apply_to(self, runner: Any) -> None:
+        try:
+            runner.set_config(config_from_settings(self.settings, runner.config))
+            self.error = None
+        except Exception as exc:
+            log.exception("applying the auto-unload settings failed")
+            self.error = str(exc) or type(exc).__name__
+        self._applied_to = runner
+
+    def feed(self, snapshot: Snapshot | None = None) -> list[Any]:
+        """Called per snapshot on the GUI thread: new and updated decisions (emitted)."""
+        runner = self.runner()
+        if runner is None:
+            return []
+        if runner is not self._applied_to:
+            self._apply_to(runner)
+            self._cursor = 0
+            self._emitted.clear()
+            self.generation += 1  # decision seqs start again
+        try:
+            decisions, self._cursor = runner.decisions_since(self._cursor)
+        except Exception:
+            log.exception("reading the pressure policy's decisions failed")
+            return []
+        # Each decision once as made and once as done: a cursor that hands back the
+        # newest entry again (or a runner that re-records one) is not news.
+        fresh = []
+        for d in decisions:
+            state = bool(getattr(d, "done", False))
+            if self._emitted.get(d.seq) == state:
+                continue
+            self._emitted[d.seq] = state
+            fresh.append(d)
+        if len(self._emitted) > 1024:
+            for seq in sorted(self._emitted)[:512]:
+                del self._emitted[seq]
+        for d in fresh:
+            self.decision.emit(d)
+        return fresh
+
+
+__all__ = ["AutoUnloadControl", "AutoUnloadForm", "PolicyDriver", "config_from_settings"]

@@ -1,0 +1,194 @@
+"""Every user-adjustable value of the app, kept in one place.
+
+:class:`UiSettings` is plain data (no Qt): the settings dialog edits a copy,
+:mod:`app.ui.settings.store` persists it with QSettings, and
+:meth:`UiSettings.from_dict` turns whatever a settings file holds -- old keys,
+missing keys, values a person typed by hand -- into valid settings: a value
+that does not parse or is out of range falls back to its default (or is
+clamped), it never stops the app from starting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+THEMES = ("system", "light", "dark")
+#: Sample periods the app accepts (seconds); the sampler clamps to the same range.
+PERIOD_MIN_S = 0.1
+PERIOD_MAX_S = 10.0
+#: Full-rate history lengths offered (seconds); 24 h of 5 s peaks are always kept.
+HISTORY_CHOICES_S = (600.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0)
+
+
+def _num(value: Any, default: float, lo: float, hi: float) -> float:
+    """``value`` as a finite float clamped to [lo, hi]; ``default`` if it is not a number."""
+    if isinstance(value, bool):
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    if not math.isfinite(number):
+        return default
+    return min(hi, max(lo, number))
+
+
+def _flag(value: Any, default: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off"):
+        return False
+    if isinstance(value, int):
+        return bool(value)
+    return default
+
+
+def _level_pair(threshold: Any, rearm: Any, default_threshold: float,
+                default_rearm: float) -> tuple[float, float]:
+    """A threshold and a re-arm level (fractions of total), re-arm kept below."""
+    t = round(_num(threshold, default_threshold, 0.10, 0.99), 4)
+    r = round(_num(rearm, default_rearm, 0.05, 0.98), 4)
+    return t, round(min(r, t - 0.01), 4)
+
+
+@dataclass
+class AutoUnloadSettings:
+    """The memory-pressure policy the app runs (its PressurePolicy's config).
+
+    When a GPU's used memory reaches ``threshold`` (fraction of its total) the
+    policy unloads idle models (idle at least ``min_idle_s``) until the GPU is
+    back under ``threshold``; it acts again only after usage fell below
+    ``rearm`` and at most once every ``min_interval_s``.
+    """
+
+    enabled: bool = True
+    threshold: float = 0.90
+    rearm: float = 0.85
+    min_idle_s: float = 300.0
+    min_interval_s: float = 30.0
+
+    def normalised(self) -> "AutoUnloadSettings":
+        """Values clamped to sane ranges; re-arm kept below the threshold."""
+        threshold, rearm = _level_pair(self.threshold, self.rearm, 0.90, 0.85)
+        return AutoUnloadSettings(_flag(self.enabled, True), threshold, rearm,
+                                  _num(self.min_idle_s, 300.0, 0.0, 7 * 86400.0),
+                                  _num(self.min_interval_s, 30.0, 0.0, 86400.0))
+
+    def summary(self) -> str:
+        if not self.enabled:
+            return "Auto-unload: off"
+        return f"Auto-unload: at {self.threshold * 100:.0f} %"
+
+
+@dataclass
+class GpuAlertLevels:
+    """One GPU's own alert threshold and re-arm level (fractions of its total)."""
+
+    threshold: float = 0.90
+    rearm: float = 0.85
+
+
+@dataclass
+class AlertSettings:
+    """When to warn: a GPU near its memory limit, a process that hit OOM.
+
+    ``per_gpu`` maps a GPU's UUID (stable across reboots and re-ordering; the
+    display id for MIG devices without one) to its own levels.
+    """
+
+    notifications: bool = True
+    threshold: float = 0.90
+    rearm: float = 0.85
+    min_interval_s: float = 300.0
+    oom_alerts: bool = True
+    retry_alerts: bool = True
+    per_gpu: dict[str, GpuAlertLevels] = field(default_factory=dict)
+
+    def normalised(self) -> "AlertSettings":
+        threshold, rearm = _level_pair(self.threshold, self.rearm, 0.90, 0.85)
+        per_gpu: dict[str, GpuAlertLevels] = {}
+        raw = self.per_gpu if isinstance(self.per_gpu, dict) else {}
+        for key, levels in raw.items():
+            if isinstance(levels, GpuAlertLevels):
+                levels = dataclasses.asdict(levels)
+            if not isinstance(key, str) or not isinstance(levels, dict):
+                continue
+            t, r = _level_pair(levels.get("threshold"), levels.get("rearm"), threshold, rearm)
+            per_gpu[key] = GpuAlertLevels(t, r)
+        return AlertSettings(_flag(self.notifications, True), threshold, rearm,
+                             _num(self.min_interval_s, 300.0, 0.0, 86400.0),
+                             _flag(self.oom_alerts, True), _flag(self.retry_alerts, True),
+                             per_gpu)
+
+    def levels_for(self, gpu_key: str) -> GpuAlertLevels:
+        return self.per_gpu.get(gpu_key) or GpuAlertLevels(self.threshold, self.rearm)
+
+
+@dataclass
+class UiSettings:
+    auto_unload: AutoUnloadSettings = field(default_factory=AutoUnloadSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    #: Seconds between two samples of NVML and the agents.
+    sample_period_s: float = 0.25
+    #: Seconds of full-rate history kept per GPU (older: 5 s peaks, 24 h).
+    history_s: float = 3600.0
+    #: "system" (follow the desktop's light/dark setting), "light" or "dark".
+    theme: str = "system"
+    #: Start with no window on screen (in the tray; minimised where there is none).
+    start_minimised: bool = False
+    #: Closing the window keeps the app running in the tray (only when a tray exists).
+    close_to_tray: bool = True
+    #: One-time explanations already given.
+    close_hint_shown: bool = False
+    no_tray_hint_shown: bool = False
+    #: What the detail view's "Unload idle models after [N] min" offers when off.
+    idle_unload_default_min: int = 30
+    #: Marker count kept per GPU on the VRAM graph.
+    markers_per_gpu: int = 200
+    #: Entries kept in the Activity log.
+    activity_rows: int = 500
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def copy(self) -> "UiSettings":
+        return UiSettings.from_dict(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "UiSettings":
+        data = data if isinstance(data, dict) else {}
+        d = cls()
+
+        def sub(name: str, kind: type) -> Any:
+            raw = data.get(name)
+            raw = raw if isinstance(raw, dict) else {}
+            known = {f.name for f in dataclasses.fields(kind)}
+            return kind(**{k: v for k, v in raw.items() if k in known}).normalised()
+
+        theme = data.get("theme")
+        return cls(
+            auto_unload=sub("auto_unload", AutoUnloadSettings),
+            alerts=sub("alerts", AlertSettings),
+            sample_period_s=round(_num(data.get("sample_period_s"), d.sample_period_s,
+                                       PERIOD_MIN_S, PERIOD_MAX_S), 3),
+            history_s=_num(data.get("history_s"), d.history_s, HISTORY_CHOICES_S[0],
+                           HISTORY_CHOICES_S[-1]),
+            theme=theme if theme in THEMES else d.theme,
+            start_minimised=_flag(data.get("start_minimised"), d.start_minimised),
+            close_to_tray=_flag(data.get("close_to_tray"), d.close_to_tray),
+            close_hint_shown=_flag(data.get("close_hint_shown"), d.close_hint_shown),
+            no_tray_hint_shown=_flag(data.get("no_tray_hint_shown"), d.no_tray_hint_shown),
+            idle_unload_default_min=int(_num(data.get("idle_unload_default_min"),
+                                             d.idle_unload_default_min, 1, 24 * 60)),
+            markers_per_gpu=int(_num(data.get("markers_per_gpu"), d.markers_per_gpu, 10, 10000)),
+            activity_rows=int(_num(data.get("activity_rows"), d.activity_rows, 50, 100000)),
+        )
+
+
+__all__ = ["AlertSettings", "AutoUnloadSettings", "GpuAlertLevels", "UiSettings", "THEMES",
+           "HISTORY_CHOICES_S", "PERIOD_MIN_S", "PERIOD_MAX_S"]

@@ -1,0 +1,200 @@
+"""Wiring: QApplication, sampler thread, history and main window.
+
+``--screenshot FILE`` builds the same window on the offscreen platform, lets the
+sampler run for ``--after`` seconds and saves a PNG: a way to look at the real
+window on a machine with no display (CI, SSH).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from app import APP_NAME, __version__
+
+RESOURCES = Path(__file__).resolve().parents[3] / "resources"
+
+
+def app_icon():  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QIcon
+
+    icon = QIcon()
+    for size in (16, 24, 32, 48, 64, 128, 256):
+        png = RESOURCES / "icons" / f"vram-steward-{size}.png"
+        if png.exists():
+            icon.addFile(str(png))
+    svg = RESOURCES / "icons" / "vram-steward.svg"
+    if icon.isNull() and svg.exists():
+        icon.addFile(str(svg))
+    return icon
+
+
+def _source_factory(demo: bool, seed: int):  # type: ignore[no-untyped-def]
+    if demo:
+        from app.core.monitor.demo_source import DemoSource
+
+        return lambda: DemoSource(seed=seed)
+    from app.core.monitor.nvml_source import NvmlSource
+
+    return NvmlSource
+
+
+def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str | None = None,
+            after_s: float = 2.0, seed: int = 7, minimised: bool = False,
+            theme: str | None = None) -> int:
+    """The app.  ``period_s`` and ``theme`` override the saved settings for this run
+    only; ``screenshot`` renders offscreen, reads the settings but never writes them,
+    and runs beside an open instance instead of raising it."""
+    started = time.perf_counter()
+    if screenshot:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from PySide6.QtWidgets import QApplication
+
+    from app.core.monitor.history import History, HistoryConfig
+    from app.ui.agents.agent_actions import AgentActionRunner
+    from app.ui.agents.auto_unload import PolicyDriver
+    from app.ui.window.main_window import MainWindow
+    from app.ui.shell.sampler import Sampler, clamp_period
+    from app.ui.settings.store import SettingsStore
+    from app.ui.style.theme import ThemeManager
+
+    from app.ui.shell.qt_compat import guard_singleton_refcounts
+
+    guard_singleton_refcounts()
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    qt_app.setApplicationName(APP_NAME)
+    qt_app.setApplicationVersion(__version__)
+    qt_app.setOrganizationName("vram-steward")
+    qt_app.setDesktopFileName("vram-steward")
+    qt_app.setWindowIcon(app_icon())
+
+    instance = None
+    if not screenshot:
+        from app.ui.shell.single_instance import SingleInstance
+
+        instance = SingleInstance(qt_app)
+        if not instance.claim(argv=sys.argv[1:]):
+            answered = instance.reply is not None and instance.reply.ok
+            print(f"{APP_NAME} is already running; "
+                  + ("its window was raised." if answered
+                     else "it will show its window once it has started."))
+            return 0
+
+    store = SettingsStore()
+    settings = store.load()
+    themes = ThemeManager(qt_app)
+    themes.apply(theme or settings.theme)
+    period_s = clamp_period(period_s if period_s is not None else settings.sample_period_s)
+    history = History(HistoryConfig(period_s=period_s, fine_span_s=settings.history_s))
+    window = MainWindow(history, settings=settings)
+    sampler = Sampler(_source_factory(demo, seed), period_s)
+    sampler.snapshot_ready.connect(window.on_snapshot)
+    window.demo_requested.connect(lambda: sampler.switch_source(_source_factory(True, seed)))
+    window.retry_requested.connect(sampler.retry)
+    # Agent actions (Free cache, Run gc) run on the runner's thread pool against the
+    # sampler's current agent directory (it changes with the source).
+    runner = AgentActionRunner(lambda: sampler.agents, window)
+    # (Model actions -- unload, reload, pin, idle timer -- get their own runner on the
+    # same directory: window.model_runner, made by set_action_runner.)
+    window.set_action_runner(runner)
+    # The memory-pressure policy runs in the sampler's Collector (it decides on every
+    # snapshot and unloads on a thread of its own); the window applies the Auto-unload
+    # settings to it and shows its decisions.  It changes with the source, as the
+    # directory does.
+    window.set_policy(PolicyDriver(
+        lambda: getattr(sampler.agents, "pressure_policy", None), window.settings.auto_unload,
+        window))
+
+    if screenshot:
+        rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
+    else:
+        shell = _desktop_shell(qt_app, window, sampler, store, themes)
+        if instance is not None:
+            instance.raise_requested.connect(lambda _argv: shell.show_window())
+        sampler.start()
+        shell.start(minimised=minimised)
+        _quit_on_termination(qt_app)
+        rc = qt_app.exec()
+        if instance is not None:
+            instance.close()
+    runner.wait(2000)
+    if window.model_runner is not None:
+        window.model_runner.wait(2000)
+    if not sampler.stop():
+        # A driver call that never returns (a GPU lost mid-call) keeps the
+        # sampler thread busy; don't let it hold the app open or crash teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
+def _quit_on_termination(qt_app) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM (logout, ``kill``, a service manager) and SIGINT (Ctrl+C in a
+    terminal) end the app the way Quit does: the sampler stops and NVML shuts
+    down cleanly.  Python runs signal handlers only when it holds the
+    interpreter, so a slow timer hands it control while Qt waits for events."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    for name in ("SIGTERM", "SIGINT"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, lambda _signum, _frame: qt_app.quit())
+    timer = QTimer(qt_app)
+    timer.timeout.connect(lambda: None)
+    timer.start(500)
+
+
+def _desktop_shell(qt_app, window, sampler, store, themes):  # type: ignore[no-untyped-def]
+    from app.core.autostart import autostart_for_platform
+    from app.ui.shell.desktop import DesktopShell
+
+    dbus = None
+    try:
+        from app.ui.shell.dbus_notify import DbusNotifier
+
+        dbus = DbusNotifier(qt_app)
+    except ImportError:  # a Qt build without QtDBus (Windows, macOS wheels)
+        dbus = None
+    shell = DesktopShell(qt_app, window, sampler, store, themes, dbus, autostart_for_platform())
+    sampler.snapshot_ready.connect(shell.on_snapshot)
+    # The window's own Auto-unload control edits the same settings: keep them saved.
+    window.auto_unload.settings_changed.connect(lambda _s: shell.save())
+    return shell
+
+
+def _screenshot(qt_app, window, sampler, path: Path, after_s: float,  # type: ignore[no-untyped-def]
+                started: float) -> int:
+    from PySide6.QtCore import QTimer
+
+    result = {"rc": 1}
+    window.show()
+    sampler.start()
+
+    def first_frame() -> None:
+        # Time to the first drawn frame with real data, for the start-up benchmark.
+        if os.environ.get("VRAM_STEWARD_REPORT_FIRST_FRAME"):
+            print(f"first-frame {time.perf_counter() - started:.3f}", file=sys.stderr, flush=True)
+
+    def on_first(_snapshot: object) -> None:
+        sampler.snapshot_ready.disconnect(on_first)
+        QTimer.singleShot(0, lambda: (window.refresh(), window.grab(), first_frame()))
+
+    sampler.snapshot_ready.connect(on_first)
+
+    def save() -> None:
+        window.refresh()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ok = window.grab().save(str(path))
+        result["rc"] = 0 if ok else 1
+        if not ok:
+            print(f"could not write {path}", file=sys.stderr)
+        qt_app.quit()
+
+    QTimer.singleShot(int(max(0.0, after_s) * 1000), save)
+    qt_app.exec()
+    return result["rc"]

@@ -1,0 +1,305 @@
+"""The app on the desktop: tray, alerts, window behaviour, settings.
+
+:class:`DesktopShell` wires the pieces around the main window:
+
+* alerts: every snapshot goes through the :class:`AlertPolicy`; what it
+  returns goes to the :class:`Notifier` (tray message, D-Bus notification or
+  banner, see :mod:`app.ui.shell.notifier`) and to the Activity log;
+* the tray icon, when the desktop has a tray -- checked again every few
+  seconds while it has none, since a tray (a GNOME extension, a panel) can
+  appear after the app started;
+* closing the window hides it in the tray when there is one (saying so the
+  first time), and quits otherwise; "start minimised";
+* the settings dialog, applied live and saved with QSettings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
+from PySide6.QtWidgets import QApplication, QDialog
+
+from app import APP_NAME
+from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
+from app.core.monitor.samples import Snapshot
+from app.ui.agents.activity import ActivityEntry
+from app.ui.window.main_window import MainWindow, idle_models
+from app.ui.shell.notifier import Channel, Notifier, PlatformAnswers, choose_channel, probe_platform
+from app.ui.settings.values import AlertSettings, UiSettings
+from app.ui.settings.dialog import GpuEntry, SettingsDialog
+from app.ui.shell.tray import TrayController, gpu_line
+
+log = logging.getLogger(__name__)
+
+PAUSE_S = 3600.0
+TRAY_POLL_MS = 5000
+TRAY_REFRESH_S = 1.0  # tooltip and menu text at most this often
+
+
+def alert_configs(settings: AlertSettings, snapshot: Snapshot | None
+                  ) -> tuple[AlertConfig, dict[str, AlertConfig]]:
+    """The policy's default config and per-GPU overrides (keyed by display id; the
+    settings key GPUs by UUID so levels follow a card, not a slot)."""
+    base = AlertConfig(threshold=settings.threshold, rearm=settings.rearm,
+                       min_interval_s=settings.min_interval_s, enabled=settings.notifications,
+                       oom_alerts=settings.oom_alerts and settings.notifications,
+                       retry_alerts=settings.retry_alerts and settings.notifications)
+    per_gpu: dict[str, AlertConfig] = {}
+    for gpu in (snapshot.gpus if snapshot else ()):
+        own = settings.per_gpu.get(gpu.uuid or "") or settings.per_gpu.get(gpu.display_id)
+        if own is not None:
+            per_gpu[gpu.display_id] = dataclasses.replace(base, threshold=own.threshold,
+                                                          rearm=own.rearm)
+    return base, per_gpu
+
+
+class DesktopShell(QObject):
+    settings_applied = Signal(object)  # UiSettings
+    alerted = Signal(object, str)  # Alert, channel
+
+    def __init__(self, app: QApplication, window: MainWindow, sampler: Any = None,
+                 store: Any = None, theme: Any = None, dbus: Any = None,
+                 autostart: Any = None, parent: QObject | None = None) -> None:
+        super().__init__(parent or app)
+        self.app = app
+        self.window = window
+        self.sampler = sampler
+        self.store = store
+        self.theme = theme
+        self.dbus = dbus
+        self.autostart = autostart
+        self.policy = AlertPolicy()
+        self.tray: TrayController | None = None
+        self.answers = PlatformAnswers(tray=False, dbus=False, linux=False)
+        self.notifier = Notifier(Channel.BANNER, None, dbus, window.alert_banner, self)
+        self.notifier.free_requested.connect(self.free_caches)
+        self.notifier.show_requested.connect(self.show_window)
+        self.quitting = False
+        self._latest: Snapshot | None = None
+        self._gpu_ids: tuple[str, ...] = ()
+        self._tray_refreshed = 0.0
+        self._pause_timer = QTimer(self)
+        self._pause_timer.setSingleShot(True)
+        self._pause_timer.timeout.connect(lambda: self.pause_alerts(False))
+        self._tray_poll = QTimer(self)
+        self._tray_poll.setInterval(TRAY_POLL_MS)
+        self._tray_poll.timeout.connect(self._poll_tray)
+        window.installEventFilter(self)
+        window.settings_requested.connect(self.open_settings)
+        window.hint_banner.free_button.hide()
+        self._apply_alert_settings()
+
+    @property
+    def settings(self) -> UiSettings:
+        """The window's settings: one object, edited by its controls and by the dialog."""
+        return self.window.settings
+
+    # -- start ------------------------------------------------------------------------------
+    def start(self, minimised: bool = False, answers: PlatformAnswers | None = None) -> None:
+        """Probe the desktop, make the tray if there is one, show the window (or not)."""
+        self.set_platform(answers or probe_platform(self.dbus))
+        if not self.answers.tray:
+            self._tray_poll.start()
+            self._hint_no_tray()
+        if minimised or self.settings.start_minimised:
+            if self.tray is None:
+                self.window.showMinimized()
+        else:
+            self.window.show()
+
+    def set_platform(self, answers: PlatformAnswers) -> None:
+        """Take the platform's answers: tray or not, and where notifications go."""
+        self.answers = answers
+        if answers.tray and self.tray is None:
+            self._make_tray()
+        self.notifier.set_channel(choose_channel(answers))
+        self.app.setQuitOnLastWindowClosed(self.tray is None)
+        log.info("tray: %s, notifications: %s", "yes" if self.tray else "no",
+                 self.notifier.channel.value)
+
+    def _make_tray(self) -> None:
+        tray = TrayController(self)
+        tray.show_window_requested.connect(self.show_window)
+        tray.free_caches_requested.connect(lambda: self.free_caches(""))
+        tray.unload_idle_requested.connect(self.unload_idle)
+        tray.pause_alerts_requested.connect(self.pause_alerts)
+        tray.quit_requested.connect(self.quit)
+        settings_action = tray.menu.addAction("Settings…")
+        tray.menu.insertAction(tray.pause_action, settings_action)
+        settings_action.triggered.connect(self.open_settings)
+        self.tray = tray
+        self.notifier.tray = tray
+        tray.icon.messageClicked.connect(self.show_window)
+        self._refresh_tray()
+        tray.show()
+
+    def _poll_tray(self) -> None:
+        answers = probe_platform(self.dbus)
+        if answers.tray and self.tray is None:
+            self._tray_poll.stop()
+            self.set_platform(answers)
+            self.window.hint_banner.hide()
+            self.window.add_activity(ActivityEntry(
+                time.time(), "", "", "System tray found",
+                "closing the window now keeps VRAM Steward in the tray", kind="setting"))
+        elif answers != self.answers:
+            self.set_platform(answers)
+
+    def _hint_no_tray(self) -> None:
+        if self.settings.no_tray_hint_shown:
+            return
+        where = ("desktop notifications" if self.notifier.channel is Channel.DBUS
+                 else "a banner in this window")
+        self.window.hint_banner.show_message(
+            "No system tray on this desktop",
+            f"Alerts arrive as {where}, and closing the window quits {APP_NAME}. "
+            "On GNOME, the “AppIndicator and KStatusNotifierItem Support” extension adds a "
+            "tray; VRAM Steward uses it as soon as it appears.", kind="hint")
+        self.settings.no_tray_hint_shown = True
+        self.save()
+
+    # -- snapshots --------------------------------------------------------------------------
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        self._latest = snapshot
+        ids = tuple(g.display_id for g in snapshot.gpus)
+        if ids != self._gpu_ids:
+            self._gpu_ids = ids
+            self._apply_alert_settings()
+        for alert in self.policy.evaluate(snapshot):
+            self._alert(alert)
+        if self.tray is not None and time.monotonic() - self._tray_refreshed >= TRAY_REFRESH_S:
+            self._refresh_tray()
+
+    def _refresh_tray(self) -> None:
+        if self.tray is None:
+            return
+        self._tray_refreshed = time.monotonic()
+        snapshot = self._latest
+        self.tray.update(snapshot)
+        agents = len(snapshot.agents) if snapshot is not None and snapshot.agents else 0
+        self.tray.set_agent_actions(agents, len(idle_models(snapshot,
+                                                            self.settings.auto_unload)))
+
+    def _alert(self, alert: Alert) -> None:
+        channel = self.notifier.notify(alert)
+        self.window.add_activity(ActivityEntry(
+            time.time(), "", "", alert.title, alert.message, detail=alert.message,
+            error=alert.kind != "memory", kind="alert"))
+        log.info("alert (%s): %s", channel.value, alert.title)
+        self.alerted.emit(alert, channel.value)
+
+    def _apply_alert_settings(self) -> None:
+        base, per_gpu = alert_configs(self.settings.alerts, self._latest)
+        self.policy.config = base
+        self.policy.per_gpu = per_gpu
+
+    # -- actions ----------------------------------------------------------------------------
+    def show_window(self) -> None:
+        from app.ui.shell.single_instance import raise_window
+
+        raise_window(self.window)
+
+    def free_caches(self, display_id: str = "") -> None:
+        if display_id:
+            self.window.free_all_caches(display_id)
+        else:
+            self.window.free_every_cache()
+
+    def unload_idle(self) -> None:
+        self.window.unload_idle_models()
+
+    def pause_alerts(self, paused: bool) -> None:
+        if paused:
+            # On the snapshots' clock: the policy compares with snapshot.monotonic.
+            now = self._latest.monotonic if self._latest is not None else time.monotonic()
+            self.policy.pause(now + PAUSE_S)
+            self._pause_timer.start(int(PAUSE_S * 1000))
+        else:
+            self.policy.resume()
+            self._pause_timer.stop()
+        if self.tray is not None:
+            self.tray.set_paused(paused)
+
+    def quit(self) -> None:
+        self.quitting = True
+        if self.tray is not None:
+            self.tray.hide()
+        self.window.close()
+        self.app.quit()
+
+    # -- window behaviour ---------------------------------------------------------------
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802
+        if obj is self.window and event.type() == QEvent.Type.Close and not self.quitting:
+            if self.tray is not None and self.tray.icon.isVisible() and self.settings.close_to_tray:
+                event.ignore()
+                self.window.hide()
+                if not self.settings.close_hint_shown:
+                    self.tray.message(f"{APP_NAME} is still running",
+                                      "It keeps watching your GPUs from the tray. "
+                                      "Choose Quit in the tray menu to stop it.")
+                    self.settings.close_hint_shown = True
+                    self.save()
+                return True
+            self.quitting = True
+            QTimer.singleShot(0, self.app.quit)
+        return False
+
+    # -- settings -------------------------------------------------------------------------
+    def gpu_entries(self) -> list[GpuEntry]:
+        gpus = self._latest.gpus if self._latest else ()
+        return [GpuEntry(g.uuid or g.display_id, gpu_line(g).rsplit(" · ", 1)[0]) for g in gpus]
+
+    def make_dialog(self) -> SettingsDialog:
+        supported = self.autostart is not None and self.autostart.is_supported()
+        return SettingsDialog(
+            self.settings, self.gpu_entries(), tray_available=self.tray is not None,
+            autostart_supported=supported,
+            autostart_enabled=bool(supported and self.autostart.is_enabled()),
+            autostart_where=self.autostart.location() if supported else "",
+            parent=self.window)
+
+    def open_settings(self) -> None:
+        dialog = self.make_dialog()
+        if dialog.exec() == QDialog.DialogCode.Accepted:
+            self.apply_settings(dialog.settings(), dialog.autostart
+                                if dialog.autostart_box.isEnabled() else None)
+        dialog.deleteLater()
+
+    def apply_settings(self, new: UiSettings, autostart: bool | None = None) -> None:
+        old = self.settings
+        self.window.settings = new
+        if self.sampler is not None and new.sample_period_s != old.sample_period_s:
+            self.sampler.set_period(new.sample_period_s)
+        if self.theme is not None and new.theme != old.theme:
+            self.theme.apply(new.theme)
+        if new.auto_unload != old.auto_unload:
+            self.window.set_auto_unload(new.auto_unload)
+        self._apply_alert_settings()
+        if autostart is not None and self.autostart is not None:
+            self._set_autostart(autostart)
+        self.save()
+        self.settings_applied.emit(new)
+
+    def _set_autostart(self, on: bool) -> None:
+        from app.core.autostart import default_command
+
+        try:
+            if on and not self.autostart.is_enabled():
+                self.autostart.enable(default_command(minimised=True))
+            elif not on and self.autostart.is_enabled():
+                self.autostart.disable()
+        except OSError as exc:
+            self.window.add_activity(ActivityEntry(
+                time.time(), "", "", "Start at login: not changed", str(exc), error=True,
+                kind="setting"))
+
+    def save(self) -> None:
+        if self.store is not None and not self.store.save(self.settings):
+            log.warning("settings could not be written to %s", self.store.path)
+
+
+__all__ = ["DesktopShell", "alert_configs"]

@@ -1,0 +1,190 @@
+"""The sampler thread: polls a source and hands snapshots to the GUI thread.
+
+Every NVML and psutil call happens on this thread.  The GUI thread only
+receives finished, immutable :class:`~app.core.monitor.samples.Snapshot` objects through
+a queued signal, so a slow driver call (NVML init without persistence mode, a
+GPU falling off the bus) can delay samples but never freeze the window.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from PySide6.QtCore import QObject, QThread, QTimer, Qt, Signal, Slot
+
+from app.core.agents.directory import AgentDirectory
+from app.core.monitor.collector import Collector, default_agents_for
+from app.core.monitor.source import GpuSource
+
+log = logging.getLogger(__name__)
+
+SourceFactory = Callable[[], GpuSource]
+AgentsFactory = Callable[[GpuSource], "AgentDirectory | None"]
+
+
+def default_agents(source: GpuSource) -> AgentDirectory | None:
+    """The agent directory for ``source``: simulated agents for the demo, the
+    socket hub (real agents) for NVML."""
+    return default_agents_for(source)
+
+MIN_PERIOD_S = 0.1
+MAX_PERIOD_S = 10.0
+DEFAULT_PERIOD_S = 0.25
+
+
+def clamp_period(period_s: float) -> float:
+    return min(MAX_PERIOD_S, max(MIN_PERIOD_S, float(period_s)))
+
+
+class _Worker(QObject):
+    """Lives on the sampler thread; owns the collector and the poll timer."""
+
+    snapshot_ready = Signal(object)
+
+    def __init__(self, period_s: float, agents_for: AgentsFactory,
+                 publish_agents: Callable[[AgentDirectory | None], None]) -> None:
+        super().__init__()
+        self._period_s = period_s
+        self._collector: Collector | None = None
+        self._timer: QTimer | None = None
+        self._agents_for = agents_for
+        self._publish_agents = publish_agents
+
+    @Slot()
+    def begin(self) -> None:
+        self._timer = QTimer(self)
+        self._timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self._timer.timeout.connect(self.tick)
+        self._timer.start(int(self._period_s * 1000))
+
+    @Slot(object)
+    def use_source(self, factory: SourceFactory) -> None:
+        self._close_collector()
+        try:
+            source = factory()
+        except Exception:  # a broken factory must not kill the thread
+            log.exception("creating the source failed")
+            self._collector = None
+            return
+        try:
+            agents = self._agents_for(source)
+        except Exception:  # agents are an extra: the GPUs are still shown without them
+            log.exception("creating the agent directory failed")
+            agents = None
+        self._collector = Collector(source, agents=agents)
+        self._publish_agents(agents)
+        self.tick()  # first figures at once, not one period later
+
+    @Slot(float)
+    def set_period(self, period_s: float) -> None:
+        self._period_s = period_s
+        if self._timer is not None:
+            self._timer.setInterval(int(period_s * 1000))
+
+    @Slot()
+    def tick(self) -> None:
+        if self._collector is None:
+            return
+        self.snapshot_ready.emit(self._collector.collect())
+
+    @Slot()
+    def finish(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        self._close_collector()
+        thread = self.thread()
+        if thread is not None:
+            thread.quit()
+
+    def _close_collector(self) -> None:
+        self._publish_agents(None)  # before closing: no new action may start on it
+        if self._collector is not None:
+            try:
+                self._collector.close()
+            except Exception:
+                log.exception("closing the source failed")
+            self._collector = None
+
+
+class Sampler(QObject):
+    """GUI-thread handle on the sampler thread.
+
+    ``snapshot_ready`` is emitted on the GUI thread (queued) with each Snapshot.
+    """
+
+    snapshot_ready = Signal(object)
+    _use_source = Signal(object)
+    _set_period = Signal(float)
+    _finish = Signal()
+
+    def __init__(self, factory: SourceFactory, period_s: float = DEFAULT_PERIOD_S,
+                 parent: QObject | None = None, agents_for: AgentsFactory | None = None
+                 ) -> None:
+        super().__init__(parent)
+        self.period_s = clamp_period(period_s)
+        self.source_name = ""
+        self._factory = factory
+        self._agents_lock = threading.Lock()
+        self._agents: AgentDirectory | None = None
+        self._thread = QThread()
+        self._thread.setObjectName("vram-steward-sampler")
+        self._worker = _Worker(self.period_s, agents_for or default_agents, self._set_agents)
+        self._worker.moveToThread(self._thread)
+        self._thread.started.connect(self._worker.begin)
+        self._worker.snapshot_ready.connect(self._forward, Qt.ConnectionType.QueuedConnection)
+        self._use_source.connect(self._worker.use_source, Qt.ConnectionType.QueuedConnection)
+        self._set_period.connect(self._worker.set_period, Qt.ConnectionType.QueuedConnection)
+        self._finish.connect(self._worker.finish, Qt.ConnectionType.QueuedConnection)
+        self._started = False
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._thread.start()
+        self._use_source.emit(self._factory)
+
+    def switch_source(self, factory: SourceFactory) -> None:
+        """Replace the source (e.g. "Show demo"); the old one is closed on the thread."""
+        self._factory = factory
+        self._use_source.emit(factory)
+
+    def retry(self) -> None:
+        self._use_source.emit(self._factory)
+
+    def set_period(self, period_s: float) -> None:
+        self.period_s = clamp_period(period_s)
+        self._set_period.emit(self.period_s)
+
+    def stop(self, timeout_ms: int = 3000) -> bool:
+        """Stop and join the thread; False if a driver call kept it busy too long."""
+        if not self._started:
+            return True
+        self._started = False
+        self._finish.emit()
+        finished = self._thread.wait(timeout_ms)
+        if not finished:
+            log.warning("sampler thread did not stop within %d ms", timeout_ms)
+        return finished
+
+    @property
+    def agents(self) -> AgentDirectory | None:
+        """The current source's agent directory (None: none, or between sources).
+        Safe from any thread; its ``free_cache`` blocks, so call that off the GUI thread."""
+        with self._agents_lock:
+            return self._agents
+
+    def _set_agents(self, agents: AgentDirectory | None) -> None:  # on the sampler thread
+        with self._agents_lock:
+            self._agents = agents
+
+    @Slot(object)
+    def _forward(self, snapshot: object) -> None:
+        self.source_name = getattr(snapshot, "source", "")
+        self.snapshot_ready.emit(snapshot)
+
+    @property
+    def sampler_thread(self) -> QThread:
+        return self._thread
