@@ -8,9 +8,9 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.core.monitor.collector import Collector  # noqa: E402
-from app.core.monitor.demo_source import DemoSource, scaled_scenario  # noqa: E402
-from app.core.monitor.history import History, HistoryConfig  # noqa: E402
+from app.core.monitor.collector import Collector
+from app.core.monitor.demo_source import DemoSource, scaled_scenario
+from app.core.monitor.history import History, HistoryConfig
 
 PERIOD_S = 0.25
 

@@ -31,13 +31,13 @@ def run(gpu_count: int | None, processes: int | None, count: int) -> None:
 
     from PySide6.QtWidgets import QApplication
 
-    from app.core.policies.alerts import AlertPolicy
-    from app.core.monitor.collector import Collector
     from app.core.agents.demo import DemoAgents
+    from app.core.monitor.collector import Collector
     from app.core.monitor.demo_source import DemoSource, scaled_scenario
-    from app.ui.window.main_window import idle_models
+    from app.core.policies.alerts import AlertPolicy
     from app.ui.settings.values import AutoUnloadSettings
     from app.ui.shell.tray import TrayController
+    from app.ui.window.main_window import idle_models
 
     app = QApplication.instance() or QApplication([])
     clock = [0.0]

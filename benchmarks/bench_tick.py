@@ -45,8 +45,9 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 CONTENDERS = ("project", "raw", "nvitop", "gpustat")

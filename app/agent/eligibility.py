@@ -75,8 +75,8 @@ class OptimizerSteps:
     """When each optimizer last stepped (torch's global step post-hook)."""
 
     def __init__(self) -> None:
-        self._stepped: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self._params: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.compiling: Any = None
 
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

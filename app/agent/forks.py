@@ -8,7 +8,7 @@ ends.  Each module registers how it recovers; none of that may raise there.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 
 def in_child(fn: Callable[[], None]) -> None:

@@ -42,7 +42,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import figures as _fig
 from . import forks
@@ -58,7 +59,7 @@ IDLE_POLL_S = 0.02
 _get_ident = threading.get_ident
 _time = time.time
 
-_ALL_GUARDS: "weakref.WeakSet" = weakref.WeakSet()
+_ALL_GUARDS: weakref.WeakSet = weakref.WeakSet()
 
 
 class ReloadFailed(Exception):
@@ -91,7 +92,7 @@ class ModelGuard:
         self.model_id = model_id
         self.pinned = False
         self.offload: Any = None  # the manager's record while offloaded
-        self.reloader: Callable[["ModelGuard", str], str | None] | None = None
+        self.reloader: Callable[[ModelGuard, str], str | None] | None = None
         self.target: str | None = None
         self.first_seen = _time() if first_seen is None else first_seen  # epoch seconds
         self.grad_seen: float | None = None  # epoch seconds gradients were last seen
@@ -195,7 +196,7 @@ class ModelGuard:
         self.transition = None
         self.cond.notify_all()
 
-    def _scope(self) -> "_Scope | None":
+    def _scope(self) -> _Scope | None:
         module = self.module_ref()
         return None if module is None else _Scope(_fig.subtree(module))
 
@@ -311,7 +312,7 @@ class _Scope:
         return None
 
 
-_CODES_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CODES_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _method_codes(types: set) -> set:
@@ -405,7 +406,7 @@ class _PreHook:
     __slots__ = ("slot", "compiling", "checks", "__weakref__")
     __name__ = "vram_steward_pre"
 
-    def __init__(self, slot: Slot, compiling: Any, checks: "Checks | None" = None) -> None:
+    def __init__(self, slot: Slot, compiling: Any, checks: Checks | None = None) -> None:
         self.slot = slot
         self.compiling = compiling
         self.checks = checks if checks is not None else Checks()
@@ -413,7 +414,7 @@ class _PreHook:
     def __reduce__(self) -> Any:
         return (getattr, (0, "__init__"))
 
-    def __deepcopy__(self, memo: dict) -> "_PreHook":
+    def __deepcopy__(self, memo: dict) -> _PreHook:
         slot = memo.get(id(self.slot))
         if slot is None:
             slot = memo[id(self.slot)] = Slot(self.slot.announce)
@@ -473,7 +474,7 @@ def slot_of(module: Any) -> Slot | None:
     return hook.slot if hook is not None else None
 
 
-def hook_of(module: Any) -> "_PreHook | None":
+def hook_of(module: Any) -> _PreHook | None:
     try:
         hooks = module.__dict__.get("_forward_pre_hooks")
         if not hooks:
@@ -486,7 +487,7 @@ def hook_of(module: Any) -> "_PreHook | None":
     return None
 
 
-def install(module: Any, slot: Slot, compiling: Any, checks: "Checks | None" = None) -> bool:
+def install(module: Any, slot: Slot, compiling: Any, checks: Checks | None = None) -> bool:
     """Register a new hook on ``module`` (the user's thread only); False: not placed."""
     return register(module, slot, _PreHook(slot, compiling, checks))
 
@@ -506,7 +507,7 @@ class HookDict(collections.OrderedDict):
         return (collections.OrderedDict,
                 ([(k, v) for k, v in self.items() if type(v) is not _PreHook],))
 
-    def __deepcopy__(self, memo: dict) -> "HookDict":
+    def __deepcopy__(self, memo: dict) -> HookDict:
         out = HookDict()
         memo[id(self)] = out
         for key, value in self.items():
@@ -514,7 +515,7 @@ class HookDict(collections.OrderedDict):
         return out
 
 
-def register(module: Any, slot: Slot, hook: "_PreHook") -> bool:
+def register(module: Any, slot: Slot, hook: _PreHook) -> bool:
     """Register this hook object on ``module`` (the user's thread only).
 
     Only on a module with no forward pre-hooks of its own yet (while it is

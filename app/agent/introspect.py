@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import log as _log
 from . import protocol
@@ -91,7 +92,7 @@ class CudaWatch:
     """OOM observer + alloc-retry watch; ``emit(event, data)`` queues an event."""
 
     _attached_process = False  # observers cannot be removed: attach once per process
-    _current: "CudaWatch | None" = None
+    _current: CudaWatch | None = None
 
     def __init__(self, emit: Callable[[str, dict], None]) -> None:
         self.emit = emit

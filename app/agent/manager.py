@@ -69,7 +69,7 @@ GRAD_CHECK_S = 2.0
 #: Storages a move replaced are kept this long before they are dropped.
 RETIRE_S = 0.25
 
-_MANAGERS: "weakref.WeakSet" = weakref.WeakSet()
+_MANAGERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def _torch() -> Any:
@@ -87,7 +87,7 @@ class _Transition:
 
     __slots__ = ("rec", "unloading", "swaps", "done")
 
-    def __init__(self, rec: "storage.Offload", unloading: bool) -> None:
+    def __init__(self, rec: storage.Offload, unloading: bool) -> None:
         self.rec = rec
         self.unloading = unloading
         self.swaps: list = []  # (tensor, its data before) as the move swaps them
@@ -107,7 +107,7 @@ class Manager:
     """Runs unload / reload for the agent; the hooks call ``_reload_work``."""
 
     def __init__(self, tracker: Any, emit: Any = None,
-                 steps: "eligibility.OptimizerSteps | None" = None) -> None:
+                 steps: eligibility.OptimizerSteps | None = None) -> None:
         self.tracker = tracker
         self.emit = emit
         self.steps = steps if steps is not None else eligibility.OptimizerSteps()
@@ -332,7 +332,7 @@ class Manager:
         with g.lock:
             self._stays_resident(g)
 
-    def _plan(self, torch: Any, module: Any, modules: list, rec: "storage.Offload",
+    def _plan(self, torch: Any, module: Any, modules: list, rec: storage.Offload,
               to: str | None) -> None:
         storage.check_not_reparametrized(torch, modules)
         tensors = _fig.tensors(module, grads=True)
@@ -369,7 +369,7 @@ class Manager:
                     raise ActionError(protocol.REFUSED, "shares tensors with model %s"
                                       % (self.tracker.model_id(other) or "?"))
 
-    def _offload(self, torch: Any, module: Any, g: Any, rec: "storage.Offload") -> dict:
+    def _offload(self, torch: Any, module: Any, g: Any, rec: storage.Offload) -> dict:
         t0 = time.perf_counter()
         to, reason = rec.target, rec.reason
         cuda_idx = sorted({storage.device_index(gr.device) for gr in rec.moving

@@ -38,9 +38,9 @@ GROUP_MIN_INTERVAL_S = 5.0
 GROUP_MAX_ROOTS = 256
 RESCAN_NO_HOOKS_S = 10.0
 
-_ACTIVE: "ModelTracker | None" = None  # the tracker the global hooks feed
+_ACTIVE: ModelTracker | None = None  # the tracker the global hooks feed
 _GLOBAL_HOOKS_INSTALLED = False
-_TRACKERS: "weakref.WeakSet" = weakref.WeakSet()
+_TRACKERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def _on_parameter(module: Any, name: Any, value: Any) -> None:
@@ -143,17 +143,17 @@ class ModelTracker:
     def __init__(self, last_used: bool = True) -> None:
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()  # the agent thread and an action's worker refresh
-        self._seen: "weakref.WeakSet" = weakref.WeakSet()
-        self._first_seen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._seen: weakref.WeakSet = weakref.WeakSet()
+        self._first_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.dirty = True
-        self._ids: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._next_id = 1
         self._roots: list = []  # weakref.ref to listed-candidate roots, in id order
         self._root_ids: tuple = ()
         self._user_roots: set = set()  # id() of the roots that are user models
-        self._guards: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # m -> guard
-        self._bound: "weakref.WeakSet" = weakref.WeakSet()  # slots pointed at a guard
-        self._cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._guards: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # m -> guard
+        self._bound: weakref.WeakSet = weakref.WeakSet()  # slots pointed at a guard
+        self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._groups: dict[str, str] = {}
         self._group_due = False
         self._group_last = 0.0
@@ -317,7 +317,7 @@ class ModelTracker:
             if g is None or g.state is _guard.RESIDENT:
                 slot.guard = None
 
-    def guard(self, module: Any) -> "_guard.ModelGuard | None":
+    def guard(self, module: Any) -> _guard.ModelGuard | None:
         return self._guards.get(module)
 
     def find(self, model_id: str) -> Any:

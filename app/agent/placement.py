@@ -35,7 +35,8 @@ from __future__ import annotations
 import gc
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import guard as _guard
 from . import log as _log
@@ -55,7 +56,7 @@ INTERNAL_KINDS = (
 #: wrapping a model in one marks nothing.
 BARE = "container"
 
-_kinds: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_kinds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def internal_kind(module: Any) -> str | None:
@@ -112,10 +113,10 @@ class Placement:
         self.checks = _guard.Checks(tracing)
         self.guard_of = guard_of
         self.enabled = True  # False: no hooks at all (VRAM_STEWARD_LAST_USED=0)
-        self._adopted: "weakref.WeakSet" = weakref.WeakSet()  # has a user-module parent
-        self._with_params: "weakref.WeakSet" = weakref.WeakSet()  # parameters in its subtree
+        self._adopted: weakref.WeakSet = weakref.WeakSet()  # has a user-module parent
+        self._with_params: weakref.WeakSet = weakref.WeakSet()  # parameters in its subtree
         #: module -> what reaches its weights besides the module ("torch.compile", ...)
-        self.marks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.marks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # -- registration hooks (the user's threads) ----------------------------------
     def on_parameter(self, module: Any, value: Any) -> None:

@@ -68,7 +68,8 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024  # 1 MiB: reports are a few KiB; a model list stays far below

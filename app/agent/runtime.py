@@ -13,8 +13,9 @@ import threading
 import time
 from typing import Any
 
-from . import eligibility, integrations, introspect, log as _log, manager as _manager, models
-from . import paths, protocol, registry, torch_hooks
+from . import eligibility, integrations, introspect, models, paths, protocol, registry, torch_hooks
+from . import log as _log
+from . import manager as _manager
 from .errors import BadParams
 from .server import Options, Server
 
@@ -27,7 +28,7 @@ _OPTION_NAMES = {"runtime_dir", "transport", "registry_interval", "last_used", "
                  *_SERVER_OPTIONS}
 
 _lock = threading.Lock()
-_agent: "Agent | None" = None
+_agent: Agent | None = None
 _atexit_registered = False
 
 
@@ -305,7 +306,7 @@ def is_running() -> bool:
         return False
 
 
-def current() -> "Agent | None":
+def current() -> Agent | None:
     return _agent
 
 

@@ -31,7 +31,8 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import log as _log
 from . import protocol

@@ -610,7 +610,7 @@ class OffloadedDict(dict):
         dict.clear(self)
         dict.update(self, self.home)
 
-    def __ior__(self, other: Any) -> "OffloadedDict":
+    def __ior__(self, other: Any) -> OffloadedDict:
         self.update(other)
         return self
 

@@ -192,8 +192,8 @@ def _demo_model_agents(seed: int, replay_s: float = 40.0):  # type: ignore[no-un
     through the collector and the pressure policy exactly as the GUI runs them:
     at ~33 s GPU 0 crosses 90 % and the policy unloads the notebook's idle
     text encoder and UNet.  The demo then goes on in real time."""
-    from app.core.monitor.collector import Collector
     from app.core.agents.demo import DemoAgents
+    from app.core.monitor.collector import Collector
     from app.core.monitor.demo_source import DemoSource
     from app.core.policies.pressure import PolicyRunner
 

@@ -75,7 +75,7 @@ class FakeAgent:
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
-    def with_models(self, now: float | None = None) -> "FakeAgent":
+    def with_models(self, now: float | None = None) -> FakeAgent:
         """Two models on cuda:0, reported as the agent reports them: "m1" in train mode
         (training evidence), "m2" in eval mode idle for 10 min (its parameters require
         grad, like any from_pretrained model's: that blocks nothing)."""
@@ -142,7 +142,7 @@ class FakeAgent:
         while not self._stop.is_set():
             try:
                 conn, _ = self._server.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -46,7 +46,8 @@ WDDM), ``gpu.exit_process(pid)``; ``gpu.add_util_sample(pid, ts, sm)``;
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pynvml as _real
 

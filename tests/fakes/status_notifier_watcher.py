@@ -54,7 +54,7 @@ class StatusNotifierWatcher:
         self._stop = threading.Event()
         self._changed = threading.Condition()
 
-    def start(self) -> "StatusNotifierWatcher":
+    def start(self) -> StatusNotifierWatcher:
         conn = open_dbus_connection("SESSION")
         reply = conn.send_and_get_reply(message_bus.RequestName(SERVICE, 4), timeout=5)
         if reply.body[0] != 1:

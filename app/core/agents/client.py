@@ -27,8 +27,14 @@ import time
 from typing import Any
 
 from app.agent import protocol
-from app.core.agents.types import (AgentEntry, AgentReport, FreeCacheResult, ModelActionResult,
-                                  ModelEvent, ModelInfo)
+from app.core.agents.types import (
+    AgentEntry,
+    AgentReport,
+    FreeCacheResult,
+    ModelActionResult,
+    ModelEvent,
+    ModelInfo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +137,7 @@ def remove_entry(entry: AgentEntry, runtime: str | None = None) -> bool:
     return True
 
 
-def read_registry(dir: str | None = None, prune: bool = True) -> list[AgentEntry]:  # noqa: A002
+def read_registry(dir: str | None = None, prune: bool = True) -> list[AgentEntry]:
     """Live agents registered under runtime dir ``dir`` (default ``runtime_dir()``),
     sorted by pid.  Malformed or unreadable files are skipped (left alone: the
     agent may be writing one); stale ones are deleted when ``prune``."""
@@ -256,7 +262,7 @@ class AgentConnection:
             except OSError:
                 pass
 
-    def __enter__(self) -> "AgentConnection":
+    def __enter__(self) -> AgentConnection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -354,7 +360,7 @@ class AgentConnection:
             try:
                 self._sock.settimeout(remaining)
                 data = self._sock.recv(65536)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 raise AgentTimeout(f"agent {self.entry.pid}: timed out") from None
             except OSError as exc:
                 raise self._fail(f"receive failed: {exc}", exc) from None

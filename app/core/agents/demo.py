@@ -42,10 +42,17 @@ import time
 from dataclasses import dataclass, field
 
 from app.agent import protocol
-from app.core.agents.types import (AgentEntry, AgentReport, DeviceMemory, FreeCacheResult,
-                                  ModelActionResult, ModelEvent, ModelInfo)
 from app.core.agents.directory import AgentDirectory, ModelEventLog
-from app.core.monitor.demo_source import MiB, DemoSource, WatchedState
+from app.core.agents.types import (
+    AgentEntry,
+    AgentReport,
+    DeviceMemory,
+    FreeCacheResult,
+    ModelActionResult,
+    ModelEvent,
+    ModelInfo,
+)
+from app.core.monitor.demo_source import DemoSource, MiB, WatchedState
 
 PYTHON = "3.11.9"
 TORCH = "2.13.0+cu130"
@@ -331,7 +338,7 @@ class DemoAgents(AgentDirectory):
         return proc
 
     def _find(self, pid: int, model: str, read: bool = True
-              ) -> "tuple[_ProcState, WatchedState, int] | ModelActionResult":
+              ) -> tuple[_ProcState, WatchedState, int] | ModelActionResult:
         if read:
             self.source.read()  # the figures now (and any scripted use since the last tick)
         st = self.source.watched_state.get(pid)

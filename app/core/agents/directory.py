@@ -10,10 +10,16 @@ from __future__ import annotations
 import abc
 import collections
 import threading
-from typing import TYPE_CHECKING, Hashable, Iterable
+from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING
 
-from app.core.agents.types import (AgentEntry, AgentReport, FreeCacheResult, ModelActionResult,
-                                  ModelEvent)
+from app.core.agents.types import (
+    AgentEntry,
+    AgentReport,
+    FreeCacheResult,
+    ModelActionResult,
+    ModelEvent,
+)
 
 if TYPE_CHECKING:
     from app.core.policies.pressure import PolicyRunner
@@ -114,7 +120,7 @@ class AgentDirectory(abc.ABC):
     #: Set by the Collector that drives the app's memory-pressure policy
     #: (app.core.policies.pressure.PolicyRunner): the GUI switches it on/off with
     #: ``pressure_policy.set_enabled(..)`` and draws ``decisions_since(cursor)``.
-    pressure_policy: "PolicyRunner | None" = None
+    pressure_policy: PolicyRunner | None = None
 
     def events_since(self, cursor: int = 0) -> tuple[list[tuple[int, ModelEvent]], int]:
         """Model unload/reload events seen since ``cursor``: ``([(pid, event)], new_cursor)``.

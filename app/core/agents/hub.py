@@ -23,8 +23,8 @@ import time
 from app.agent import protocol
 from app.core.agents import client as agent_client
 from app.core.agents.client import AgentConnection, AgentError, AgentUnavailable
-from app.core.agents.types import AgentEntry, AgentReport, FreeCacheResult, ModelActionResult
 from app.core.agents.directory import AgentDirectory, ModelEventLog
+from app.core.agents.types import AgentEntry, AgentReport, FreeCacheResult, ModelActionResult
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class _Worker:
     """Polls one agent; runs in its own daemon thread."""
 
-    def __init__(self, hub: "AgentHub", entry: AgentEntry) -> None:
+    def __init__(self, hub: AgentHub, entry: AgentEntry) -> None:
         self.hub = hub
         self.entry = entry
         self.stop = threading.Event()

@@ -40,7 +40,7 @@ def _bare_uuid(uuid: str) -> str:
     return text
 
 
-def _events(raw: Any) -> tuple["ModelEvent", ...]:
+def _events(raw: Any) -> tuple[ModelEvent, ...]:
     if not isinstance(raw, list):
         return ()
     parsed = (ModelEvent.from_json(x) for x in raw if isinstance(x, dict))
@@ -68,7 +68,7 @@ class AgentEntry:
     path: str = ""  # the registry file itself
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], path: str = "") -> "AgentEntry | None":
+    def from_json(cls, data: dict[str, Any], path: str = "") -> AgentEntry | None:
         pid = _int(data.get("pid"))
         address = _str(data.get("address"))
         transport = _str(data.get("transport"))
@@ -108,7 +108,7 @@ class DeviceMemory:
         return max(0, self.reserved - self.allocated)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "DeviceMemory | None":
+    def from_json(cls, data: dict[str, Any]) -> DeviceMemory | None:
         index = _int(data.get("index"))
         if index is None or index < 0:
             return None
@@ -174,7 +174,7 @@ class ModelInfo:
         return self.unload_blocker or self.auto_unload_blocker
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ModelInfo | None":
+    def from_json(cls, data: dict[str, Any]) -> ModelInfo | None:
         model_id = _str(data.get("id"))
         if not model_id:
             return None
@@ -225,7 +225,7 @@ class ModelEvent:
     error: str | None = None
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ModelEvent | None":
+    def from_json(cls, data: dict[str, Any]) -> ModelEvent | None:
         seq, when, model = _int(data.get("seq")), _float(data.get("time")), _str(data.get("model"))
         action = _str(data.get("action"))
         if seq is None or when is None or not model or action not in ("unload", "reload"):
@@ -313,7 +313,7 @@ class AgentReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], received_at: float = 0.0,
-                  round_trip_s: float | None = None) -> "AgentReport | None":
+                  round_trip_s: float | None = None) -> AgentReport | None:
         pid = _int(data.get("pid"))
         if pid is None:
             return None
@@ -376,7 +376,7 @@ class VramBreakdown:
 
     @classmethod
     def of(cls, nvml_used: int | None, device: DeviceMemory | None,
-           parameters: int | None) -> "VramBreakdown":
+           parameters: int | None) -> VramBreakdown:
         reserved = device.reserved if device else None
         allocated = device.allocated if device else None
         context = None

@@ -11,11 +11,11 @@ import logging
 import time
 
 from app.core.agents.directory import AgentDirectory
-from app.core.policies.pressure import PolicyRunner, PressurePolicyConfig
 from app.core.monitor.host_processes import HostProcessReader
 from app.core.monitor.nvml_source import NA_NOT_SUPPORTED, NA_SEE_MIG
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.core.monitor.source import GpuSource, SourceUnavailable
+from app.core.policies.pressure import PolicyRunner, PressurePolicyConfig
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class Collector:
 
     def __init__(self, source: GpuSource, host: HostProcessReader | None = None,
                  agents: AgentDirectory | None = None,
-                 pressure_policy: "PolicyRunner | PressurePolicyConfig | bool" = True) -> None:
+                 pressure_policy: PolicyRunner | PressurePolicyConfig | bool = True) -> None:
         """``pressure_policy``: True (default) runs the memory-pressure policy
         with its defaults whenever there are ``agents``; a config or a runner
         to choose; False for none.  The runner is ``self.policy`` and

@@ -15,7 +15,8 @@ import json
 import os
 import re
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.core.monitor.samples import Container
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 import mmap
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 

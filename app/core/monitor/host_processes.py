@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any
 
 from app.core.monitor.containers import ContainerNames, read_container
 from app.core.monitor.samples import Container, HostStatus, ProcessSample
@@ -68,7 +69,7 @@ class HostProcessReader:
                 and os.path.exists("/proc/self/stat"):
             proc_root = "/proc"
         if psutil_module is None:
-            import psutil as psutil_module  # noqa: PLW0127 - lazy: status must stay fast
+            import psutil as psutil_module
         self._ps = psutil_module
         self._proc_root = proc_root
         self._entries: dict[int, _Entry] = {}

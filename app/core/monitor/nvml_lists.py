@@ -19,7 +19,8 @@ public wrappers.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _SUCCESS = 0
 _INSUFFICIENT_SIZE = 7

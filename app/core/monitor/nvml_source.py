@@ -24,7 +24,8 @@ Not thread-safe: one sampler thread owns the source.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from app.core.monitor import nvml_lists
 from app.core.monitor.samples import DeviceState, GpuSample, ProcessSample

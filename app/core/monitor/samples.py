@@ -14,8 +14,9 @@ construct (1.5 µs vs 0.3 µs each).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 
 class HostStatus(str, enum.Enum):

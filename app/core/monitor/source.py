@@ -45,7 +45,7 @@ class GpuSource(abc.ABC):
     def close(self) -> None:
         """Release resources; safe to call twice."""
 
-    def __enter__(self) -> "GpuSource":
+    def __enter__(self) -> GpuSource:
         self.open()
         return self
 

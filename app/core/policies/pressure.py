@@ -42,15 +42,16 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from app.core.agents.types import ModelActionResult
 
 if TYPE_CHECKING:
-    from app.core.agents.types import AgentReport, ModelInfo
     from app.core.agents.directory import AgentDirectory
+    from app.core.agents.types import AgentReport, ModelInfo
     from app.core.monitor.samples import GpuSample, Snapshot
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class PolicyDecision:
     skipped: tuple[tuple[int, str, str, str], ...] = ()  # (pid, model id, name, why not)
     # Filled in once the unloads have run (UNLOAD only):
     done: bool = False
-    results: tuple["ModelActionResult", ...] = ()
+    results: tuple[ModelActionResult, ...] = ()
     bytes_released: int | None = None
 
     @property
@@ -133,7 +134,7 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / 1024**3:.2f} GiB"
 
 
-def _why_not(model: "ModelInfo", idle_s: float | None, min_idle_s: float) -> str | None:
+def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float) -> str | None:
     """Why ``model`` may not be unloaded automatically (None: it may)."""
     if model.state != "resident":
         return model.state + (f" to {model.offloaded_to}" if model.offloaded_to else "")
@@ -170,15 +171,15 @@ class PressurePolicy:
         self._armed.clear()
         self._deferred.clear()
 
-    def armed(self, gpu: "GpuSample") -> bool:
+    def armed(self, gpu: GpuSample) -> bool:
         return self._armed.get(self._key(gpu), True)
 
-    def decide(self, snapshot: "Snapshot", now: float | None = None) -> list[UnloadAction]:
+    def decide(self, snapshot: Snapshot, now: float | None = None) -> list[UnloadAction]:
         """The unloads to do now (empty: none).  ``now`` is monotonic seconds
         (default the snapshot's) for the minimum interval."""
         return [a for d in self.evaluate(snapshot, now) for a in d.actions]
 
-    def evaluate(self, snapshot: "Snapshot", now: float | None = None) -> list[PolicyDecision]:
+    def evaluate(self, snapshot: Snapshot, now: float | None = None) -> list[PolicyDecision]:
         """Every decision this snapshot calls for, with its reason."""
         cfg = self.config
         now = snapshot.monotonic if now is None else now
@@ -216,10 +217,10 @@ class PressurePolicy:
 
     # -- internals
     @staticmethod
-    def _key(gpu: "GpuSample") -> str:
+    def _key(gpu: GpuSample) -> str:
         return gpu.uuid or f"#{gpu.display_id}"
 
-    def _decision(self, snapshot: "Snapshot", gpu: "GpuSample", kind: str, reason: str,
+    def _decision(self, snapshot: Snapshot, gpu: GpuSample, kind: str, reason: str,
                   **fields: Any) -> PolicyDecision:
         self._seq += 1
         return PolicyDecision(seq=self._seq, time=snapshot.timestamp, gpu=gpu.index,
@@ -227,7 +228,7 @@ class PressurePolicy:
                               total=int(gpu.memory_total or 0), kind=kind, reason=reason,
                               **fields)
 
-    def candidates(self, snapshot: "Snapshot", gpu: "GpuSample"
+    def candidates(self, snapshot: Snapshot, gpu: GpuSample
                    ) -> tuple[list[UnloadAction], list[tuple[int, str, str, str]]]:
         """(eligible models on ``gpu``, longest idle first; the others with why not)."""
         eligible: list[UnloadAction] = []
@@ -254,7 +255,7 @@ class PressurePolicy:
         eligible.sort(key=lambda a: (-a.idle_s, -a.bytes, a.pid, a.model))
         return eligible, skipped
 
-    def _plan(self, snapshot: "Snapshot", gpu: "GpuSample", fraction: float) -> PolicyDecision:
+    def _plan(self, snapshot: Snapshot, gpu: GpuSample, fraction: float) -> PolicyDecision:
         cfg = self.config
         used, total = int(gpu.memory_used or 0), int(gpu.memory_total or 0)
         goal = cfg.rearm * total
@@ -294,7 +295,7 @@ class PolicyRunner:
     ``decisions_since(cursor)`` gives the log to the GUI (any thread).
     """
 
-    def __init__(self, directory: "AgentDirectory", config: PressurePolicyConfig | None = None,
+    def __init__(self, directory: AgentDirectory, config: PressurePolicyConfig | None = None,
                  synchronous: bool = False, max_log: int = 256,
                  timeout_s: float = 300.0, clock: Callable[[], float] | None = None) -> None:
         """``synchronous`` runs unloads inside ``observe`` (tests, the CLI's demo
@@ -331,7 +332,7 @@ class PolicyRunner:
             self.policy.set_config(config)
 
     # -- driving
-    def observe(self, snapshot: "Snapshot") -> list[PolicyDecision]:
+    def observe(self, snapshot: Snapshot) -> list[PolicyDecision]:
         """Decide on ``snapshot`` and start the unloads decided; returns the decisions."""
         if self._closed:
             return []

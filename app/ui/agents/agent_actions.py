@@ -23,7 +23,6 @@ from app.core.monitor.samples import Snapshot
 from app.ui.agents.action_runner import ActionJob, ActionRunner, DirectoryLike, error_text
 from app.ui.style.format import fmt_bytes
 
-
 FREE = "free_cache"
 GC = "gc"
 
@@ -78,14 +77,14 @@ class AgentAction:
 
     @classmethod
     def free(cls, pids, snapshot: Snapshot | None, labels: dict[int, str] | None = None,
-             display_id: str | None = None) -> "AgentAction":
+             display_id: str | None = None) -> AgentAction:
         pids = tuple(pids)
         return cls(FREE, pids, dict(labels or {}), display_id,
                    {pid: nvml_usage(snapshot, pid) for pid in pids},
                    gpu_used(snapshot, display_id))
 
     @classmethod
-    def gc(cls, pid: int, label: str | None = None) -> "AgentAction":
+    def gc(cls, pid: int, label: str | None = None) -> AgentAction:
         return cls(GC, (pid,), {pid: label} if label else {})
 
     # -- state ------------------------------------------------------------------------

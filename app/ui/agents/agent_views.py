@@ -45,16 +45,6 @@ from PySide6.QtWidgets import (
 from app.core.agents.types import AgentReport, ModelInfo
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
-from app.ui.style import palette as pal
-from app.ui.style.format import NA, fmt_bytes, fmt_count
-from app.ui.gpu.torch_memory import (
-    BreakdownLegend,
-    BreakdownRow,
-    bar_total,
-    breakdown_of,
-    breakdown_tooltip,
-    free_button_text,
-)
 from app.ui.agents.model_actions import (
     PIN,
     RELOAD,
@@ -71,6 +61,16 @@ from app.ui.agents.model_actions import (
     state_text,
     target_text,
 )
+from app.ui.gpu.torch_memory import (
+    BreakdownLegend,
+    BreakdownRow,
+    bar_total,
+    breakdown_of,
+    breakdown_tooltip,
+    free_button_text,
+)
+from app.ui.style import palette as pal
+from app.ui.style.format import NA, fmt_bytes, fmt_count
 
 # -- detail view: model list ------------------------------------------------------------------
 
@@ -300,7 +300,7 @@ class ModelListModel(QAbstractTableModel):
 class BadgeDelegate(QStyledItemDelegate):
     """The State column: a rounded badge; an animated stripe while the model moves."""
 
-    def paint(self, painter: QPainter, option, index) -> None:  # noqa: D401
+    def paint(self, painter: QPainter, option, index) -> None:
         badge = index.data(MODEL_BADGE_ROLE)
         if not badge:
             super().paint(painter, option, index)

@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, Signal
 
 from app.core.agents.types import AgentReport, ModelActionResult, ModelEvent, ModelInfo
-from app.core.monitor.samples import Snapshot
 from app.core.agents.unload_reasons import overridable, refuses_any_unload
+from app.core.monitor.samples import Snapshot
 from app.ui.agents.action_runner import ActionJob, ActionRunner, DirectoryLike, error_text
 from app.ui.agents.agent_actions import gpu_used, nvml_usage
 from app.ui.style.format import NA, fmt_bytes
-
 
 UNLOAD = "unload"
 RELOAD = "reload"
@@ -53,7 +52,7 @@ def target_text(target: str | None) -> str:
     return {"cpu": "CPU", "disk": "disk"}.get(target or "", target or "?")
 
 
-def state_text(m: ModelInfo, pending: "ModelAction | None" = None) -> str:
+def state_text(m: ModelInfo, pending: ModelAction | None = None) -> str:
     """The badge: Resident / Offloaded to CPU / Offloaded to disk / Unloading… / Reloading…"""
     if pending is not None and pending.kind in (UNLOAD, RELOAD) and m.state not in BUSY_STATES:
         # Asked for, not yet reported by the agent.
@@ -69,7 +68,7 @@ def state_text(m: ModelInfo, pending: "ModelAction | None" = None) -> str:
     return m.state.capitalize() if m.state else NA
 
 
-def is_moving(m: ModelInfo, pending: "ModelAction | None" = None) -> bool:
+def is_moving(m: ModelInfo, pending: ModelAction | None = None) -> bool:
     return m.state in BUSY_STATES or (pending is not None and pending.kind in (UNLOAD, RELOAD))
 
 

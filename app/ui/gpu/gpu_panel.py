@@ -32,12 +32,14 @@ from PySide6.QtWidgets import (
 
 from app.core.monitor.history import SeriesView
 from app.core.monitor.samples import DeviceState, GpuSample
-from app.ui.style import palette as pal
 from app.ui.gpu.torch_memory import AgentSection
+from app.ui.gpu.unattributed import LABEL as UNATTRIBUTED_LABEL
+from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, unknown_reason
+from app.ui.style import palette as pal
 from app.ui.style.format import (
+    NA,
     GiB,
     MiB,
-    NA,
     fmt_ago,
     fmt_bytes,
     fmt_gib,
@@ -46,8 +48,6 @@ from app.ui.style.format import (
     fmt_temp,
     fmt_watts,
 )
-from app.ui.gpu.unattributed import LABEL as UNATTRIBUTED_LABEL
-from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, unknown_reason
 from app.ui.style.text import elide_keeping_pid
 
 TOP_N = 8

@@ -72,7 +72,7 @@ class AutoUnloadSettings:
     min_idle_s: float = 300.0
     min_interval_s: float = 30.0
 
-    def normalised(self) -> "AutoUnloadSettings":
+    def normalised(self) -> AutoUnloadSettings:
         """Values clamped to sane ranges; re-arm kept below the threshold."""
         threshold, rearm = _level_pair(self.threshold, self.rearm, 0.90, 0.85)
         return AutoUnloadSettings(_flag(self.enabled, True), threshold, rearm,
@@ -109,7 +109,7 @@ class AlertSettings:
     retry_alerts: bool = True
     per_gpu: dict[str, GpuAlertLevels] = field(default_factory=dict)
 
-    def normalised(self) -> "AlertSettings":
+    def normalised(self) -> AlertSettings:
         threshold, rearm = _level_pair(self.threshold, self.rearm, 0.90, 0.85)
         per_gpu: dict[str, GpuAlertLevels] = {}
         raw = self.per_gpu if isinstance(self.per_gpu, dict) else {}
@@ -156,11 +156,11 @@ class UiSettings:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def copy(self) -> "UiSettings":
+    def copy(self) -> UiSettings:
         return UiSettings.from_dict(self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "UiSettings":
+    def from_dict(cls, data: dict[str, Any] | None) -> UiSettings:
         data = data if isinstance(data, dict) else {}
         d = cls()
 

@@ -55,12 +55,11 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     from app.core.monitor.history import History, HistoryConfig
     from app.ui.agents.agent_actions import AgentActionRunner
     from app.ui.agents.auto_unload import PolicyDriver
-    from app.ui.window.main_window import MainWindow
-    from app.ui.shell.sampler import Sampler, clamp_period
     from app.ui.settings.store import SettingsStore
-    from app.ui.style.theme import ThemeManager
-
     from app.ui.shell.qt_compat import guard_singleton_refcounts
+    from app.ui.shell.sampler import Sampler, clamp_period
+    from app.ui.style.theme import ThemeManager
+    from app.ui.window.main_window import MainWindow
 
     guard_singleton_refcounts()
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -24,14 +24,14 @@ from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app import APP_NAME
-from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
 from app.core.monitor.samples import Snapshot
+from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
 from app.ui.agents.activity import ActivityEntry
-from app.ui.window.main_window import MainWindow, idle_models
-from app.ui.shell.notifier import Channel, Notifier, PlatformAnswers, choose_channel, probe_platform
-from app.ui.settings.values import AlertSettings, UiSettings
 from app.ui.settings.dialog import GpuEntry, SettingsDialog
+from app.ui.settings.values import AlertSettings, UiSettings
+from app.ui.shell.notifier import Channel, Notifier, PlatformAnswers, choose_channel, probe_platform
 from app.ui.shell.tray import TrayController, gpu_line
+from app.ui.window.main_window import MainWindow, idle_models
 
 log = logging.getLogger(__name__)
 

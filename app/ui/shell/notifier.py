@@ -65,7 +65,7 @@ def probe_platform(dbus: object | None) -> PlatformAnswers:
     if dbus is not None:
         try:
             has_dbus = bool(dbus.available())  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - a broken bus is "no bus"
+        except Exception:
             has_dbus = False
     return PlatformAnswers(tray=tray, dbus=has_dbus, linux=sys.platform.startswith("linux"))
 
@@ -197,7 +197,7 @@ class Notifier(QObject):
                 alert.title, alert.message, actions=actions,
                 urgency=2 if alert.kind == "oom" else 1,
                 replaces_id=self._ids.get(key, 0))
-        except Exception:  # noqa: BLE001 - a bus error means "try the next channel"
+        except Exception:
             return False
         if not nid:
             return False

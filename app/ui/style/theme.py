@@ -16,8 +16,8 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
-from app.ui.style.palette import is_dark
 from app.ui.settings.values import THEMES
+from app.ui.style.palette import is_dark
 
 _Role = QPalette.ColorRole
 _Group = QPalette.ColorGroup

@@ -17,26 +17,25 @@ from collections.abc import Hashable
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
-    QTabWidget,
-    QPushButton,
     QFrame,
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QMainWindow,
+    QPushButton,
     QScrollArea,
     QSplitter,
     QStackedWidget,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.monitor.history import History
 from app.core.monitor.samples import DeviceState, Snapshot
-from app.ui.style import palette as pal
-from app.ui.agents.agent_actions import FREE, AgentAction, AgentActionRunner
 from app.ui.agents.activity import ActivityEntry, ActivityLog, reason_text
+from app.ui.agents.agent_actions import FREE, AgentAction, AgentActionRunner
 from app.ui.agents.agent_views import ProcessDetailView
 from app.ui.agents.auto_unload import AutoUnloadControl, PolicyDriver
 from app.ui.agents.model_actions import (
@@ -50,11 +49,12 @@ from app.ui.agents.model_actions import (
     target_text,
 )
 from app.ui.agents.model_events import EventRecord, ModelEventLog
-from app.ui.settings.values import AutoUnloadSettings, UiSettings
-from app.ui.style.format import fmt_bytes, fmt_fraction, fmt_gib
 from app.ui.gpu.gpu_panel import GpuPanel
-from app.ui.window.no_driver import NoDriverView
+from app.ui.settings.values import AutoUnloadSettings, UiSettings
 from app.ui.shell.notifier import AlertBanner
+from app.ui.style import palette as pal
+from app.ui.style.format import fmt_bytes, fmt_fraction, fmt_gib
+from app.ui.window.no_driver import NoDriverView
 from app.ui.window.process_table import ProcessTable
 
 APP_TITLE = "VRAM Steward"

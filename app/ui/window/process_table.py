@@ -32,9 +32,9 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidge
 
 from app.core.agents.types import AgentReport, DeviceMemory
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample, Snapshot
+from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, row_shown, unknown_reason
 from app.ui.style import palette as pal
 from app.ui.style.format import NA, fmt_bytes, fmt_duration, fmt_percent
-from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, row_shown, unknown_reason
 
 # (gpu display_id, pid, create_time); (display_id, UNATTRIBUTED_KEY, None) for the
 # unattributed row.

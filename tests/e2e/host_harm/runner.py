@@ -28,9 +28,10 @@ import sys
 import threading
 import traceback
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, TextIO
 
 HERE = Path(__file__).resolve().parent
 PATTERNS = HERE / "patterns"

@@ -20,9 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml.c"

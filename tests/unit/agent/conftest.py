@@ -81,7 +81,7 @@ class Client:
                     return True
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
     def close(self) -> None:

@@ -4,7 +4,8 @@ import json
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.agent import protocol
 from app.agent.protocol import FrameDecoder, ProtocolError

@@ -11,7 +11,8 @@ import sys
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.agent import protocol, runtime
 from app.agent.server import Options, Server, peer_allowed, peer_uid

@@ -5,13 +5,13 @@ fork at any moment, dicts of other types, shared memory, an agent restart."""
 from __future__ import annotations
 
 import gc
-import weakref
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 

@@ -12,7 +12,7 @@ import pytest
 
 from app import cli
 from app.core.monitor.nvml_source import NvmlSource
-from tests.fakes.fake_pynvml import GiB, MiB, FakeGpu, FakeNvml
+from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, GiB, MiB
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -52,13 +52,13 @@ def test_status_json_with_demo_follows_the_contract(capsys):
     assert isinstance(data["driver_version"], str)
     assert len(data["gpus"]) == 2
     for gpu in data["gpus"]:
-        assert GPU_KEYS <= gpu.keys()
+        assert gpu.keys() >= GPU_KEYS
         for key in ("memory_total", "memory_used", "memory_free"):
             assert isinstance(gpu[key], int) and gpu[key] >= 0
         assert gpu["memory_used"] + gpu["memory_free"] + gpu["memory_reserved"] == gpu["memory_total"]
         assert gpu["processes"], "the demo always has processes on both GPUs"
         for proc in gpu["processes"]:
-            assert PROCESS_KEYS <= proc.keys()
+            assert proc.keys() >= PROCESS_KEYS
             assert isinstance(proc["gpu_memory"], int)
         assert gpu["memory_used"] >= sum(p["gpu_memory"] for p in gpu["processes"])
     assert data["gpus"][0]["memory_total"] == 24 * GiB

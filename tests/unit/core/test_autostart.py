@@ -15,9 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core import autostart as au
-from app.core.autostart import (ForeignEntryError, UnsupportedAutostart, WindowsAutostart,
-                                XdgAutostart, autostart_for_platform, default_command,
-                                desktop_exec, exec_quote_arg)
+from app.core.autostart import (
+    ForeignEntryError,
+    UnsupportedAutostart,
+    WindowsAutostart,
+    XdgAutostart,
+    autostart_for_platform,
+    default_command,
+    desktop_exec,
+    exec_quote_arg,
+)
 
 NASTY = ["/opt/my apps/python3", "--name=it's \"quoted\"", "C:\\dir\\", "$HOME", "`id`",
          "100%", "%f", "", "tab\there", "line\nbreak", "~user", "a&b;c|d", "(x)", "#hash",

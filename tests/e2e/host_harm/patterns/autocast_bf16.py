@@ -6,7 +6,6 @@ inside the autocast region: the weights must come back as they were
 """
 
 import torch
-
 import zoo
 
 

@@ -7,7 +7,6 @@ holds its weights).  It stays the model the user built, wrapped by an
 """
 
 import torch
-
 import zoo
 
 

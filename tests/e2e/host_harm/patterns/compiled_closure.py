@@ -6,7 +6,6 @@ model's true weights.
 """
 
 import torch
-
 import zoo
 
 

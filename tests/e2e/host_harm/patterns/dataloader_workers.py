@@ -4,9 +4,8 @@ a process whose model is offloaded.
 """
 
 import torch
-from torch.utils.data import DataLoader, Dataset
-
 import zoo
+from torch.utils.data import DataLoader, Dataset
 
 
 class Waves(Dataset):

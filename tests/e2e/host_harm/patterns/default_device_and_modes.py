@@ -5,9 +5,8 @@
 """
 
 import torch
-from torch.func import functional_call, grad, vmap
-
 import zoo
+from torch.func import functional_call, grad, vmap
 
 
 def run(ctx) -> None:

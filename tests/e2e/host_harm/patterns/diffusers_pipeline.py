@@ -12,11 +12,17 @@ import json
 from pathlib import Path
 
 import torch
-from diffusers import (AutoencoderKL, DDIMScheduler, DDPMPipeline, DDPMScheduler,
-                       StableDiffusionPipeline, UNet2DConditionModel, UNet2DModel)
-from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
-
 import zoo
+from diffusers import (
+    AutoencoderKL,
+    DDIMScheduler,
+    DDPMPipeline,
+    DDPMScheduler,
+    StableDiffusionPipeline,
+    UNet2DConditionModel,
+    UNet2DModel,
+)
+from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
 REQUIRES = ("diffusers", "transformers")
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -6,7 +6,6 @@ move it (the exported program holds its weights).
 """
 
 import torch
-
 import zoo
 
 

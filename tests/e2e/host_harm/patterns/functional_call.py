@@ -7,9 +7,8 @@ the dict's tensors); a dict taken after the pause must work the same.
 """
 
 import torch
-from torch.func import functional_call, grad, vmap
-
 import zoo
+from torch.func import functional_call, grad, vmap
 
 
 def all_three(ctx, tag: str, model: torch.nn.Module, params: dict, buffers: dict,

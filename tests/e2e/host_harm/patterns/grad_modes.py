@@ -7,7 +7,6 @@ across later unloads.
 """
 
 import torch
-
 import zoo
 
 

@@ -11,9 +11,8 @@ hand).
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
 import zoo
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 REQUIRES = ("transformers",)
 VOCAB = 96

@@ -9,7 +9,6 @@ holds its weights).
 import io
 
 import torch
-
 import zoo
 
 

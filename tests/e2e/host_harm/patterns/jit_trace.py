@@ -9,7 +9,6 @@ its weights).
 import io
 
 import torch
-
 import zoo
 
 

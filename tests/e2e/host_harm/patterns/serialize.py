@@ -12,7 +12,6 @@ import io
 import pickle
 
 import torch
-
 import zoo
 
 

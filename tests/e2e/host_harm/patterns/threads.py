@@ -8,7 +8,6 @@ it (before the last round it is reloaded by hand instead).
 import threading
 
 import torch
-
 import zoo
 
 THREADS = 4

@@ -6,7 +6,6 @@ the new dtype, and a later reload must never bring the old dtype back.
 """
 
 import torch
-
 import zoo
 
 CONVERSIONS = (

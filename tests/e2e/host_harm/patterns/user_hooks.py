@@ -7,7 +7,6 @@ backward; every hook must still run, once, in order, with the same values.
 """
 
 import torch
-
 import zoo
 
 

@@ -15,8 +15,14 @@ import psutil
 import pytest
 
 from app.core.agents import client as agent_client
-from app.core.agents.client import (AgentConnection, AgentError, AgentIncompatible,
-                                   AgentTimeout, AgentUnavailable, read_registry)
+from app.core.agents.client import (
+    AgentConnection,
+    AgentError,
+    AgentIncompatible,
+    AgentTimeout,
+    AgentUnavailable,
+    read_registry,
+)
 from app.core.agents.types import AgentEntry
 from tests.fakes.fake_agent import FakeAgent
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.agents.demo import DemoAgents
 from app.core.agents.types import VramBreakdown
 from app.core.monitor.collector import Collector, default_agents_for
-from app.core.agents.demo import DemoAgents
-from app.core.monitor.demo_source import GiB, MiB, DemoSource, scaled_scenario
+from app.core.monitor.demo_source import DemoSource, GiB, MiB, scaled_scenario
 
 
 class FakeClock:

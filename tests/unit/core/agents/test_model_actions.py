@@ -9,9 +9,9 @@ import time
 import pytest
 
 from app.core.agents import client as agent_client
+from app.core.agents.directory import AgentDirectory, ModelEventLog
 from app.core.agents.hub import AgentHub
 from app.core.agents.types import AgentEntry, ModelEvent
-from app.core.agents.directory import AgentDirectory, ModelEventLog
 from tests.fakes.fake_agent import FakeAgent
 from tests.unit.core.conftest import wait_for
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from app.core.monitor.demo_source import RELEASE_S, GiB, MiB, DemoSource, scaled_scenario
+from app.core.monitor.demo_source import RELEASE_S, DemoSource, GiB, MiB, scaled_scenario
 from app.core.monitor.report import snapshot_to_table
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample, Snapshot
 from app.core.monitor.source import GpuSource

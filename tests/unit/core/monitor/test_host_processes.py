@@ -212,7 +212,7 @@ class FakePsutil(types.SimpleNamespace):
         self.calls: list[tuple[int, str]] = []
         self.Process = self._process
 
-    def _process(self, pid: int) -> "FakeProcess":
+    def _process(self, pid: int) -> FakeProcess:
         self.calls.append((pid, "Process"))
         if pid not in self.table:
             raise psutil.NoSuchProcess(pid)

@@ -19,9 +19,22 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import nvml_abi
-from tests.fakes.nvml_abi import (GPU_IS_LOST, NO_PERMISSION, NOT_SUPPORTED, UNKNOWN, FakeError,
-                                  FakeGpu, FakeMig, FakeNvml, FakeProcess, Helpers, chunks,
-                                  expected_processes, kind_of, read_counts)
+from tests.fakes.nvml_abi import (
+    GPU_IS_LOST,
+    NO_PERMISSION,
+    NOT_SUPPORTED,
+    UNKNOWN,
+    FakeError,
+    FakeGpu,
+    FakeMig,
+    FakeNvml,
+    FakeProcess,
+    Helpers,
+    chunks,
+    expected_processes,
+    kind_of,
+    read_counts,
+)
 
 REPO = Path(__file__).resolve().parents[4]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.core.agents.types import AgentReport
-from app.core.policies.alerts import AlertConfig, AlertPolicy
 from app.core.monitor.samples import DeviceState, GpuSample, ProcessSample, Snapshot
+from app.core.policies.alerts import AlertConfig, AlertPolicy
 
 GiB = 1024**3
 

@@ -8,14 +8,26 @@ import threading
 
 import pytest
 
-from app.core.agents.types import AgentReport, DeviceMemory, ModelActionResult, ModelEvent, ModelInfo
-from app.core.agents.directory import AgentDirectory
-from app.core.monitor.collector import Collector
 from app.core.agents.demo import DemoAgents
-from app.core.monitor.demo_source import GiB, MiB, DemoSource
-from app.core.policies.pressure import (DEFERRED, NOTHING_ELIGIBLE, UNLOAD, PolicyRunner,
-                                      PressurePolicy, PressurePolicyConfig)
+from app.core.agents.directory import AgentDirectory
+from app.core.agents.types import (
+    AgentReport,
+    DeviceMemory,
+    ModelActionResult,
+    ModelEvent,
+    ModelInfo,
+)
+from app.core.monitor.collector import Collector
+from app.core.monitor.demo_source import DemoSource, GiB, MiB
 from app.core.monitor.samples import GpuSample, Snapshot
+from app.core.policies.pressure import (
+    DEFERRED,
+    NOTHING_ELIGIBLE,
+    UNLOAD,
+    PolicyRunner,
+    PressurePolicy,
+    PressurePolicyConfig,
+)
 
 NOW = 1_000_000.0
 UUID0, UUID1 = "GPU-aaaa-0000", "GPU-bbbb-1111"

@@ -10,8 +10,8 @@ import time
 import pytest
 from PySide6.QtCore import Qt
 
-from app.core.agents.types import AgentReport, DeviceMemory, FreeCacheResult, ModelInfo
 from app.core.agents.directory import AgentDirectory
+from app.core.agents.types import AgentReport, DeviceMemory, FreeCacheResult, ModelInfo
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
 from app.ui.agents.agent_actions import AgentAction, AgentActionRunner
 from app.ui.agents.agent_views import (

@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from app.core.agents.types import ModelActionResult, ModelEvent, ModelInfo
+from app.core.policies.pressure import PolicyRunner
 from app.ui.agents import agent_views
 from app.ui.agents.agent_views import (
     MCOL_DEVICE,
@@ -22,10 +23,9 @@ from app.ui.agents.agent_views import (
     MCOL_SIZE,
     MCOL_STATE,
 )
-from app.core.policies.pressure import PolicyRunner
 from app.ui.agents.auto_unload import PolicyDriver
-from app.ui.style.format import GiB, MiB
 from app.ui.settings.values import AutoUnloadSettings
+from app.ui.style.format import GiB, MiB
 from tests.unit.ui.agents.test_agent_views import NOW, device, gpu, proc, report, snap, with_runner
 from tests.unit.ui.agents.test_agent_views import FakeDirectory as _FreeCacheFake
 
@@ -264,8 +264,12 @@ def test_only_training_evidence_is_overridable(reason, force):
 
 
 def test_blocker_texts_explain_the_new_rule():
-    from app.ui.agents.model_actions import (blocker_tooltip, force_consequences,
-                                      model_blocker_tooltip, model_note)
+    from app.ui.agents.model_actions import (
+        blocker_tooltip,
+        force_consequences,
+        model_blocker_tooltip,
+        model_note,
+    )
 
     assert "Eligible for automatic unloading" in blocker_tooltip(None)
     for blocker, words in [("optimizer step 40 s ago", "optimizer stepped"),
@@ -593,8 +597,8 @@ def test_events_from_the_directorys_stream_are_logged_once(window):
 def test_demo_pressure_policy_end_to_end(window, qtbot):
     """DemoAgents behind a real Collector: its PolicyRunner unloads the idle notebook
     pipeline when GPU 0 fills up; the window shows the decision, events and markers."""
-    from app.core.monitor.collector import Collector
     from app.core.agents.demo import DemoAgents
+    from app.core.monitor.collector import Collector
     from app.ui.agents.agent_actions import AgentActionRunner
     from tests.unit.ui.conftest import DemoFeed
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from app.ui.settings.values import GpuAlertLevels, UiSettings
 from app.ui.settings.dialog import DEFAULT_MARK, GpuEntry, SettingsDialog
+from app.ui.settings.values import GpuAlertLevels, UiSettings
 
 GPUS = [GpuEntry("GPU-aaaa", "GPU 0 · RTX 4090"), GpuEntry("GPU-bbbb", "GPU 1 · A100")]
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.ui.settings.values import GpuAlertLevels, UiSettings
 from app.ui.settings.store import SettingsStore, open_settings
+from app.ui.settings.values import GpuAlertLevels, UiSettings
 
 ROOT = Path(__file__).resolve().parents[4]
 

@@ -8,11 +8,11 @@ import pytest
 from PySide6.QtCore import QObject, Signal
 
 from app.core.monitor.history import History, HistoryConfig
-from app.ui.shell.desktop import DesktopShell, alert_configs
-from app.ui.window.main_window import MainWindow
-from app.ui.shell.notifier import Channel, PlatformAnswers
-from app.ui.settings.values import GpuAlertLevels, UiSettings
 from app.ui.settings.store import SettingsStore, open_settings
+from app.ui.settings.values import GpuAlertLevels, UiSettings
+from app.ui.shell.desktop import DesktopShell, alert_configs
+from app.ui.shell.notifier import Channel, PlatformAnswers
+from app.ui.window.main_window import MainWindow
 
 GiB = 1024**3
 NO_TRAY_GNOME = PlatformAnswers(tray=False, dbus=True, linux=True)

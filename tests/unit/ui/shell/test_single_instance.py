@@ -20,8 +20,14 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 from PySide6.QtWidgets import QWidget
 
 from app.ui.shell import single_instance as si
-from app.ui.shell.single_instance import (ENV_ADDRESS, Reply, SingleInstance, UnsafeDir,
-                                    instance_address, raise_window)
+from app.ui.shell.single_instance import (
+    ENV_ADDRESS,
+    Reply,
+    SingleInstance,
+    UnsafeDir,
+    instance_address,
+    raise_window,
+)
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="unix sockets and modes")
 DRIVER = Path(__file__).resolve().parents[3] / "fakes" / "single_instance_driver.py"

@@ -8,8 +8,8 @@ import pytest
 from PySide6.QtGui import QColor
 
 from app.core.monitor.samples import DeviceState
-from app.ui.style import palette as pal
 from app.ui.shell.tray import TrayController, TrayState, fullest, gpu_line, render_ring
+from app.ui.style import palette as pal
 
 GiB = 1024**3
 

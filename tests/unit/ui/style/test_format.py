@@ -3,9 +3,9 @@ import math
 import pytest
 
 from app.ui.style.format import (
+    NA,
     GiB,
     MiB,
-    NA,
     fmt_ago,
     fmt_bytes,
     fmt_duration,

@@ -11,12 +11,12 @@ from PySide6.QtWidgets import QComboBox, QPushButton
 
 from app.core.monitor.history import History
 from app.core.monitor.samples import DeviceState, GpuSample, ProcessSample, Snapshot
+from app.ui.gpu.gpu_panel import OTHER_KEY, TOP_N
+from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 from app.ui.style import palette as pal
 from app.ui.style.format import GiB
-from app.ui.gpu.gpu_panel import OTHER_KEY, TOP_N
 from app.ui.window.main_window import MainWindow
 from app.ui.window.process_table import COL_PID, COL_RSS, COL_VRAM, KEY_ROLE
-from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 
 
 def table_rows(window):
