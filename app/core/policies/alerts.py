@@ -20,14 +20,15 @@ from typing import Any
 
 from app.core.monitor.naming import short_name
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
+from app.core.policies.thresholds import ALERT_AT, REARM_AT
 
 GiB = 1024**3
 
 
 @dataclass(frozen=True, slots=True)
 class AlertConfig:
-    threshold: float = 0.90  # fraction of total
-    rearm: float = 0.85  # fraction of total; must be below threshold
+    threshold: float = ALERT_AT  # fraction of total
+    rearm: float = REARM_AT  # fraction of total; must be below threshold
     min_interval_s: float = 300.0  # between two alerts of one GPU (or one process)
     enabled: bool = True
     oom_alerts: bool = True

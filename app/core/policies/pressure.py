@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.agents.types import ModelActionResult
+from app.core.policies.thresholds import ALERT_AT, REARM_AT
 
 if TYPE_CHECKING:
     from app.core.agents.directory import AgentDirectory
@@ -65,8 +66,8 @@ IDLE_UNKNOWN = "idle time unknown"
 @dataclass(frozen=True, slots=True)
 class PressurePolicyConfig:
     enabled: bool = True
-    threshold: float = 0.90  # act when used / total reaches this
-    rearm: float = 0.85  # unload until projected usage is below this; re-arm below it
+    threshold: float = ALERT_AT  # act when used / total reaches this
+    rearm: float = REARM_AT  # unload until projected usage is below this; re-arm below it
     min_idle_s: float = 300.0  # seconds on a model's idle clock (see ModelInfo.idle_since)
     min_interval_s: float = 30.0  # between two actions on the same GPU
     target: str = "cpu"  # where unloaded weights go: "cpu" (pinned host memory) or "disk"

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.policies.thresholds import ALERT_AT, REARM_AT
+
 THEMES = ("system", "light", "dark")
 #: Sample periods the app accepts (seconds); the sampler clamps to the same range.
 PERIOD_MIN_S = 0.1
@@ -67,14 +69,14 @@ class AutoUnloadSettings:
     """
 
     enabled: bool = True
-    threshold: float = 0.90
-    rearm: float = 0.85
+    threshold: float = ALERT_AT
+    rearm: float = REARM_AT
     min_idle_s: float = 300.0
     min_interval_s: float = 30.0
 
     def normalised(self) -> AutoUnloadSettings:
         """Values clamped to sane ranges; re-arm kept below the threshold."""
-        threshold, rearm = _level_pair(self.threshold, self.rearm, 0.90, 0.85)
+        threshold, rearm = _level_pair(self.threshold, self.rearm, ALERT_AT, REARM_AT)
         return AutoUnloadSettings(_flag(self.enabled, True), threshold, rearm,
                                   _num(self.min_idle_s, 300.0, 0.0, 7 * 86400.0),
                                   _num(self.min_interval_s, 30.0, 0.0, 86400.0))
@@ -89,8 +91,8 @@ class AutoUnloadSettings:
 class GpuAlertLevels:
     """One GPU's own alert threshold and re-arm level (fractions of its total)."""
 
-    threshold: float = 0.90
-    rearm: float = 0.85
+    threshold: float = ALERT_AT
+    rearm: float = REARM_AT
 
 
 @dataclass
@@ -102,15 +104,15 @@ class AlertSettings:
     """
 
     notifications: bool = True
-    threshold: float = 0.90
-    rearm: float = 0.85
+    threshold: float = ALERT_AT
+    rearm: float = REARM_AT
     min_interval_s: float = 300.0
     oom_alerts: bool = True
     retry_alerts: bool = True
     per_gpu: dict[str, GpuAlertLevels] = field(default_factory=dict)
 
     def normalised(self) -> AlertSettings:
-        threshold, rearm = _level_pair(self.threshold, self.rearm, 0.90, 0.85)
+        threshold, rearm = _level_pair(self.threshold, self.rearm, ALERT_AT, REARM_AT)
         per_gpu: dict[str, GpuAlertLevels] = {}
         raw = self.per_gpu if isinstance(self.per_gpu, dict) else {}
         for key, levels in raw.items():

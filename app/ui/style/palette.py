@@ -16,6 +16,8 @@ from collections.abc import Hashable, Iterable
 
 from PySide6.QtGui import QColor, QPalette
 
+from app.core.policies.thresholds import ALERT_AT
+
 # Okabe-Ito: orange, sky blue, bluish green, vermillion, blue (lifted a little
 # so it survives a dark background), reddish purple; Tol: olive, rose.
 PROCESS_COLORS: tuple[str, ...] = (
@@ -37,7 +39,7 @@ LEVEL_CRITICAL = "critical"
 LEVEL_UNKNOWN = "unknown"
 
 WARNING_AT = 0.75
-CRITICAL_AT = 0.90
+CRITICAL_AT = ALERT_AT
 
 LEVEL_COLORS: dict[str, str] = {
     LEVEL_NORMAL: "#2F7FD0",
