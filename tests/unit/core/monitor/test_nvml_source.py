@@ -859,20 +859,20 @@ def test_fake_uses_real_error_classes():
 
 
 def test_sm_util_without_new_samples_becomes_idle_zero_only_after_the_window(monkeypatch):
-    import app.core.monitor.nvml_source as nvml_source
+    import app.core.monitor.nvml_processes as nvml_processes
 
     now = [1000.0]
-    monkeypatch.setattr(nvml_source.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(nvml_processes.time, "monotonic", lambda: now[0])
     gpu = FakeGpu().add_process(1, 10 * MiB).add_util_sample(1, 100, 55).add_process(2, 10 * MiB)
     source, _ = opened(gpu)
     first = {p.pid: p.sm_util for p in only(source.read()).processes}
     assert first == {1: 55.0, 2: None}  # pid 2: not watched long enough to know
 
-    now[0] += nvml_source.SM_IDLE_AFTER_S / 2
+    now[0] += nvml_processes.SM_IDLE_AFTER_S / 2
     assert {p.pid: p.sm_util for p in only(source.read()).processes} == {1: 55.0, 2: None}
 
     # No sample for longer than the window: the driver saw no kernels from either.
-    now[0] += nvml_source.SM_IDLE_AFTER_S
+    now[0] += nvml_processes.SM_IDLE_AFTER_S
     assert {p.pid: p.sm_util for p in only(source.read()).processes} == {1: 0.0, 2: 0.0}
 
     gpu.add_util_sample(2, 200, 30)

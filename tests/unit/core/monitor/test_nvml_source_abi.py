@@ -425,7 +425,7 @@ def test_an_old_sample_repeated_by_the_driver_is_not_new_activity(libs, tmp_path
     """Some drivers return a process's last utilisation sample again and again
     once it stops running kernels: after SM_IDLE_AFTER_S it reads 0 %, not its
     last busy figure."""
-    from app.core.monitor.nvml_source import SM_IDLE_AFTER_S
+    from app.core.monitor.nvml_processes import SM_IDLE_AFTER_S
 
     with Helpers(2) as pids:
         fake = nvml_abi.server([pids], seed=18)
