@@ -25,7 +25,8 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 # driver (docker, podman, kubelet+containerd/cri-o, nerdctl), "<prefix>-<id>"
 # with cgroupfs (podman's /libpod_parent, cri-o).  "-conmon-" is the runtime's
 # monitor process, which sits beside the container but is not in it.
-_SCOPE = re.compile(r"(docker|libpod|cri-containerd|crio|nerdctl)-(conmon-)?([0-9a-f]{64})(?:\.scope)?")
+_SCOPE = re.compile(
+    r"(docker|libpod|cri-containerd|crio|nerdctl)-(conmon-)?([0-9a-f]{64})(?:\.scope)?")
 _SCOPE_RUNTIME = {
     "docker": "docker",
     "libpod": "podman",
@@ -33,9 +34,12 @@ _SCOPE_RUNTIME = {
     "crio": "cri-o",
     "nerdctl": "containerd",  # nerdctl --cgroup-manager=systemd: "<slice>:nerdctl:<id>"
 }
-# The kubelet's pod cgroup: "pod<uid>" (cgroupfs), "kubepods-<qos>-pod<uid_with_underscores>.slice"
-# (systemd; kind prefixes "kubelet-").  Static pods have a 32-hex uid (a config hash).
-_POD = re.compile(r"(?:[\w.-]*-)?pod([0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?")
+# The kubelet's pod cgroup: "pod<uid>" (cgroupfs),
+# "kubepods-<qos>-pod<uid_with_underscores>.slice" (systemd; kind prefixes
+# "kubelet-").  Static pods have a 32-hex uid (a config hash).
+_POD = re.compile(
+    r"(?:[\w.-]*-)?pod([0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12}|[0-9a-f]{32})"
+    r"(?:\.slice)?")
 _LXC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _LXC_PAYLOAD = "lxc.payload."  # LXC >= 4 ("lxc.monitor.<name>" is the monitor: not matched)
 
@@ -97,10 +101,12 @@ def _pod_uid(segment: str, path: str) -> str | None:
     return m.group(1).replace("_", "-") if m else None
 
 
-def read_container(pid: int, proc_root: str = "/proc", names: ContainerNames | None = None) -> Container | None:
+def read_container(pid: int, proc_root: str = "/proc",
+                   names: ContainerNames | None = None) -> Container | None:
     """The container ``pid`` runs in (one small read), with its name if ``names`` knows it."""
+    path = os.path.join(proc_root, str(pid), "cgroup")
     try:
-        with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except (OSError, ValueError):
         return None  # exited, hidepid=2, not Linux
@@ -143,7 +149,8 @@ class _PodmanStore:
         self.last_read = float("-inf")
 
     def lookup(self, cid: str, now: float) -> tuple[str | None, bool]:
-        """(name, settled); not settled when the file changed less than a second after the last read."""
+        """(name, settled); not settled when the file changed less than a
+        second after the last read."""
         try:
             mtime = os.stat(self.path).st_mtime_ns
         except OSError:
@@ -162,7 +169,8 @@ def _podman_names(data: Any) -> dict[str, str]:
     for item in data if isinstance(data, list) else ():
         if isinstance(item, dict):
             cid, names = item.get("id"), item.get("names")
-            if isinstance(cid, str) and isinstance(names, list) and names and isinstance(names[0], str):
+            if (isinstance(cid, str) and isinstance(names, list) and names
+                    and isinstance(names[0], str)):
                 out[cid] = names[0]
     return out
 

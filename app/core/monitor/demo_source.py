@@ -163,7 +163,8 @@ class DemoSource(GpuSource):
         self._sm_jitter = np.array([x.sm_jitter for x in p])
         self._start = np.array([x.start_s for x in p])
         self._life = np.array([math.inf if x.lifetime_s is None else x.lifetime_s for x in p])
-        self._cycle = np.array([math.inf if x.lifetime_s is None else x.lifetime_s + x.gap_s for x in p])
+        self._cycle = np.array([math.inf if x.lifetime_s is None else x.lifetime_s + x.gap_s
+                                for x in p])
         self._cpu = np.array([x.cpu for x in p])
         self._rss_int = np.array([x.rss for x in p], dtype=np.int64)
         self._pid = np.array([x.pid or 40000 + 17 * i for i, x in enumerate(p)], dtype=np.int64)
@@ -217,7 +218,8 @@ class DemoSource(GpuSource):
         present = (since_start >= 0) & (local < self._life)
         # Exited within RELEASE_S: its memory is still in use, listed by no one.
         with np.errstate(invalid="ignore"):
-            lingering = (since_start >= 0) & (local >= self._life) & (local - self._life < RELEASE_S)
+            lingering = ((since_start >= 0) & (local >= self._life)
+                         & (local - self._life < RELEASE_S))
         noise = rng.standard_normal((3, n))
 
         # An exited process's unreleased memory stays what it was at the exit.
@@ -241,7 +243,8 @@ class DemoSource(GpuSource):
         burst = (self._sm == 0) & (np.mod(local + 60.0, 90.0) < 3.0)
         sm = np.clip(self._sm + noise[1] * self._sm_jitter + burst * 60.0, 0, 100)
         cpu = np.clip(self._cpu * (1 + 0.08 * noise[2]), 0, None)
-        create = self._epoch + self._start + cycles * np.where(np.isinf(self._cycle), 0, self._cycle)
+        cycle_s = np.where(np.isinf(self._cycle), 0, self._cycle)
+        create = self._epoch + self._start + cycles * cycle_s
         pid = self._pid + cycles.astype(np.int64) * self._pid_stride
 
         # Build the samples in one pass: tuple.__new__ skips NamedTuple's
@@ -285,7 +288,8 @@ class DemoSource(GpuSource):
                 memory_free=spec.memory_total - spec.memory_reserved - used,
                 memory_reserved=spec.memory_reserved,
                 utilization_gpu=round(util), utilization_memory=round(util * 0.6),
-                temperature=round(34 + 0.45 * util), power_draw=round(spec.power_limit * (0.08 + 0.8 * util / 100), 1),
+                temperature=round(34 + 0.45 * util),
+                power_draw=round(spec.power_limit * (0.08 + 0.8 * util / 100), 1),
                 power_limit=spec.power_limit, processes=procs))
         return tuple(samples)
 

@@ -69,8 +69,10 @@ class HostProcessReader:
                 and os.path.exists("/proc/self/stat"):
             proc_root = "/proc"
         if psutil_module is None:
-            import psutil as psutil_module
-        self._ps = psutil_module
+            import psutil
+
+            psutil_module = psutil
+        self._ps: ModuleType = psutil_module
         self._proc_root = proc_root
         self._entries: dict[int, _Entry] = {}
         self._known_pids: set[int] = set()  # pids we could once see

@@ -61,7 +61,7 @@ class Buffer:
 
     __slots__ = ("struct", "array", "capacity", "count")
 
-    def __init__(self, struct: type, capacity: int = 16) -> None:
+    def __init__(self, struct: type[ctypes.Structure], capacity: int = 16) -> None:
         self.struct = struct
         self.capacity = 0
         self.array: Any = None

@@ -43,7 +43,8 @@ class GpuSource(abc.ABC):
         return None
 
     def close(self) -> None:
-        """Release resources; safe to call twice."""
+        """Release resources; safe to call twice.  The default holds none."""
+        return None
 
     def __enter__(self) -> GpuSource:
         self.open()
