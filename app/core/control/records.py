@@ -1,0 +1,216 @@
+"""What the controller reports about an action: the request's outcome per
+process, as the agent answered it, and what NVML showed before and after.
+
+Records are created when a request is accepted, filled in by the controller
+on its owner's thread (never by a worker), and measured against the first
+snapshot at least ``settle_s`` after the action finished: the driver lags
+behind the allocator.  ``freed`` is the agent's own figure, taken once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.agents.types import FreeCacheResult, ModelActionResult, ModelEvent
+from app.core.agents.unload_reasons import overridable
+from app.core.control.measure import gpu_used, nvml_usage, released
+from app.core.monitor.samples import Snapshot
+
+FREE = "free_cache"
+GC = "gc"
+UNLOAD = "unload"
+RELOAD = "reload"
+PIN = "pin"
+IDLE_TTL = "idle_ttl"
+
+_ids = itertools.count(1)
+
+
+def _next_id() -> int:
+    return next(_ids)
+
+
+@dataclass(eq=False)
+class CacheAction:
+    """Free the cache of ``pids`` (one after another), or gc one process."""
+
+    kind: str  # FREE or GC
+    pids: tuple[int, ...]
+    labels: dict[int, str] = field(default_factory=dict)  # pid -> "train.py (20417)"
+    display_id: str | None = None  # set for "Free all caches" of one GPU
+    baseline: dict[int, int | None] = field(default_factory=dict)  # NVML bytes at the click
+    gpu_before: int | None = None  # the GPU's NVML used bytes at the click
+    id: int = field(default_factory=_next_id)
+    # Filled in as it runs.
+    results: dict[int, FreeCacheResult] = field(default_factory=dict)
+    gc_result: dict[str, Any] | None = None
+    done_at: float | None = None  # time.monotonic() when the worker finished
+    # Filled in by measure().
+    measured: bool = False
+    released: dict[int, int | None] = field(default_factory=dict)  # NVML bytes released
+    gpu_released: int | None = None
+
+    @classmethod
+    def free(cls, pids: Any, snapshot: Snapshot | None, labels: dict[int, str] | None = None,
+             display_id: str | None = None) -> CacheAction:
+        pids = tuple(pids)
+        return cls(FREE, pids, dict(labels or {}), display_id,
+                   {pid: nvml_usage(snapshot, pid) for pid in pids},
+                   gpu_used(snapshot, display_id))
+
+    @classmethod
+    def gc(cls, pid: int, label: str | None = None) -> CacheAction:
+        return cls(GC, (pid,), {pid: label} if label else {})
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+    def label(self, pid: int) -> str:
+        return self.labels.get(pid) or f"pid {pid}"
+
+    @property
+    def ok(self) -> bool:
+        """Some process did what was asked (free: at least one; gc: the one)."""
+        if self.kind == GC:
+            return self.gc_result is not None and bool(self.gc_result.get("ok", True))
+        return any(r.ok for r in self.results.values())
+
+    @property
+    def freed(self) -> int | None:
+        """Bytes the agents say they freed (their reported figure, summed over the
+        processes that answered); None when none said."""
+        values = [r.freed for r in self.results.values() if r.ok and r.freed is not None]
+        return sum(values) if values else None
+
+    @property
+    def errors(self) -> list[tuple[int, str]]:
+        out = [(pid, r.error or "failed") for pid, r in self.results.items() if not r.ok]
+        if self.kind == GC and self.gc_result is not None and not self.gc_result.get("ok", True):
+            out.append((self.pids[0], str(self.gc_result.get("error") or "failed")))
+        return out
+
+    @property
+    def wants_measure(self) -> bool:
+        return self.kind == FREE and self.ok
+
+    def measure(self, snapshot: Snapshot, now: float | None = None, settle_s: float = 0.5
+                ) -> bool:
+        """Compare NVML now with the click; True once measured (the first snapshot at
+        least ``settle_s`` after the action finished)."""
+        if self.kind != FREE or self.measured or self.done_at is None:
+            return self.measured
+        now = time.monotonic() if now is None else now
+        if now - self.done_at < settle_s:
+            return False
+        for pid in self.pids:
+            self.released[pid] = released(self.baseline.get(pid), nvml_usage(snapshot, pid))
+        self.gpu_released = released(self.gpu_before, gpu_used(snapshot, self.display_id))
+        self.measured = True
+        return True
+
+
+@dataclass(eq=False)
+class ModelAction:
+    """One model action: unload / reload / pin of one model, or a process's idle TTL."""
+
+    kind: str
+    pid: int
+    model: str | None = None  # model id (None for IDLE_TTL)
+    name: str = ""  # model name for texts
+    label: str = ""  # process label, "notebook.py (123)"
+    to: str = "cpu"
+    force: bool = False
+    reason: str = "manual"
+    pinned: bool | None = None
+    seconds: float | None = None  # IDLE_TTL: None = off
+    size: int | None = None  # model bytes (for texts while running)
+    display_id: str | None = None  # the model's GPU
+    baseline: int | None = None  # NVML bytes of the process on that GPU at the click
+    gpu_before: int | None = None
+    id: int = field(default_factory=_next_id)
+    started: float = field(default_factory=time.monotonic)
+    # Filled in as it runs.
+    result: ModelActionResult | None = None
+    ttl_result: dict[str, Any] | None = None
+    done_at: float | None = None
+    # Filled in by measure().
+    measured: bool = False
+    released: int | None = None  # NVML bytes released by the process on its GPU
+    gpu_released: int | None = None
+
+    @property
+    def key(self) -> tuple[int, str | None]:
+        return (self.pid, self.model)
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+    @property
+    def ok(self) -> bool:
+        if self.kind == IDLE_TTL:
+            return bool(self.ttl_result and self.ttl_result.get("ok", False))
+        return bool(self.result and self.result.ok)
+
+    @property
+    def error(self) -> str | None:
+        if not self.done or self.ok:
+            return None
+        if self.kind == IDLE_TTL:
+            return str((self.ttl_result or {}).get("error") or "failed")
+        r = self.result
+        return (r.error if r is not None else None) or "failed"
+
+    @property
+    def refused(self) -> bool:
+        r = self.result
+        return bool(self.done and r is not None and not r.ok and (
+            r.code == "refused" or (r.code is None and overridable(r.error))))
+
+    @property
+    def can_force(self) -> bool:
+        return self.kind == UNLOAD and not self.force and self.refused and overridable(self.error)
+
+    @property
+    def event(self) -> ModelEvent | None:
+        return self.result.event if self.result is not None else None
+
+    @property
+    def wants_measure(self) -> bool:
+        return self.kind in (UNLOAD, RELOAD) and self.ok
+
+    def who(self) -> str:
+        return self.name or self.model or "model"
+
+    def measure(self, snapshot: Snapshot, now: float | None = None, settle_s: float = 0.5
+                ) -> bool:
+        """NVML now against the click: True once measured (first snapshot at least
+        ``settle_s`` after the action finished).  Unload and reload only."""
+        if self.kind not in (UNLOAD, RELOAD) or self.measured or self.done_at is None:
+            return self.measured
+        now = time.monotonic() if now is None else now
+        if now - self.done_at < settle_s:
+            return False
+        self.released = released(self.baseline, nvml_usage(snapshot, self.pid, self.display_id))
+        self.gpu_released = released(self.gpu_before, gpu_used(snapshot, self.display_id))
+        self.measured = True
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyApplied:
+    """The outcome of SetAutoUnload: the runner's config after it (None: no
+    policy runs now; the settings are applied when one appears)."""
+
+    config: Any  # app.core.policies.pressure.PressurePolicyConfig | None
+    error: str | None = None
+
+
+Action = CacheAction | ModelAction
+
+__all__ = ["FREE", "GC", "IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "Action", "CacheAction",
+           "ModelAction", "PolicyApplied"]

@@ -1,0 +1,135 @@
+"""What the user (or the tray, a notification, the CLI) asks the controller to do.
+
+Every verb is a frozen dataclass: views build one and hand it to
+:meth:`app.core.control.controller.AppController.submit`; nothing else is
+needed to describe the action.  A request the latest snapshot cannot satisfy
+is answered with :class:`RequestError` (a typed reason, nothing changed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class FreeCache:
+    """gc.collect() + empty_cache() in ``pids``, one after another.
+
+    ``display_id`` set and ``pids`` empty: every agent process on that GPU whose
+    allocator holds cache ("Free all caches" of a GPU panel).  Both empty:
+    every process with an agent, on every GPU (the tray, a notification).
+    """
+
+    pids: tuple[int, ...] = ()
+    display_id: str | None = None
+
+    @classmethod
+    def of(cls, pid: int) -> FreeCache:
+        return cls((pid,))
+
+    @classmethod
+    def on_gpu(cls, display_id: str) -> FreeCache:
+        return cls((), display_id)
+
+    @classmethod
+    def everywhere(cls) -> FreeCache:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectGarbage:
+    """gc.collect() alone in process ``pid``."""
+
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unload:
+    """Move ``model``'s weights off its GPU (to ``to``: "cpu" or "disk")."""
+
+    pid: int
+    model: str  # the agent's model id
+    to: str = "cpu"
+    force: bool = False  # override a refusal for training evidence
+    reason: str = "manual"
+    name: str | None = None  # for texts; the model id when None
+    device: str | None = None  # the model's home device ("cuda:0"); looked up when None
+    size: int | None = None  # bytes of parameters + buffers; looked up when None
+
+
+@dataclass(frozen=True, slots=True)
+class Reload:
+    """Bring ``model``'s offloaded weights back now."""
+
+    pid: int
+    model: str
+    name: str | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """Pinned models are never unloaded automatically."""
+
+    pid: int
+    model: str
+    pinned: bool
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetIdleUnload:
+    """The idle timer of the agent in ``pid`` (None: off)."""
+
+    pid: int
+    seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadIdle:
+    """Unload now every model the auto-unload rules call idle (idle at least
+    ``min_idle_s``, not pinned, no training evidence), whatever the GPU's level."""
+
+    min_idle_s: float
+    reason: str = "idle (from the tray)"
+
+
+@dataclass(frozen=True, slots=True)
+class SetAutoUnload:
+    """The app's memory-pressure policy settings (the PolicyRunner's config)."""
+
+    enabled: bool
+    threshold: float  # fraction of the GPU's total
+    rearm: float  # fraction
+    min_idle_s: float  # seconds
+    min_interval_s: float  # seconds
+
+
+Request = (FreeCache | CollectGarbage | Unload | Reload | Pin | SetIdleUnload | UnloadIdle
+           | SetAutoUnload)
+
+
+class Refusal(StrEnum):
+    """Why a request was not started."""
+
+    UNAVAILABLE = "unavailable"  # no agent directory: actions are off
+    NO_SNAPSHOT = "no_snapshot"  # nothing sampled yet to check the request against
+    UNKNOWN_PROCESS = "unknown_process"  # the pid is in no GPU's list and has no agent
+    NO_AGENT = "no_agent"  # the process has no agent reporting
+    UNKNOWN_GPU = "unknown_gpu"
+    UNKNOWN_MODEL = "unknown_model"
+    BUSY = "busy"  # an action on the same process / model is running
+    NOTHING_TO_DO = "nothing_to_do"
+
+
+class RequestError(ValueError):
+    """A request refused before anything ran; ``code`` says why."""
+
+    def __init__(self, code: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+__all__ = ["CollectGarbage", "FreeCache", "Pin", "Refusal", "Reload", "Request",
+           "RequestError", "SetAutoUnload", "SetIdleUnload", "Unload", "UnloadIdle"]
