@@ -42,7 +42,9 @@ import time
 from dataclasses import dataclass, field
 
 from app.agent import protocol
-from app.core.agents.directory import AgentDirectory, ModelEventLog
+from app.core.agents.demo_scenario import SPECS, AgentSpec, DemoModel
+from app.core.agents.directory import AgentDirectory
+from app.core.agents.event_log import ModelEventLog
 from app.core.agents.types import (
     AgentEntry,
     AgentReport,
@@ -63,81 +65,8 @@ MOVE_OVERHEAD_S = 0.015
 EVENTS_KEPT = 64  # as the agent: a report carries the last 64 model events
 
 
-@dataclass(frozen=True, slots=True)
-class _Model:
-    name: str
-    class_name: str
-    params: int
-    bytes_per_param: int
-    buffer_bytes: int
-    training: bool  # train mode, stepped by an optimizer every iteration
-    group: str | None = None
-    use_offset_s: float = 0.0  # when, within one use of its process, it runs its forward
-    unload_blocker: str | None = None  # why any unload would be refused (none in the demo)
-
-    @property
-    def training_evidence(self) -> str | None:
-        return "train mode" if self.training else None
-
-    @property
-    def param_bytes(self) -> int:
-        return self.params * self.bytes_per_param
-
-    @property
-    def dtype(self) -> str:
-        return {2: "float16", 4: "float32"}[self.bytes_per_param]
-
-
-@dataclass(frozen=True, slots=True)
-class _AgentSpec:
-    match: str  # a fragment of the demo process's command line
-    context: int  # bytes NVML counts outside the caching allocator
-    alloc_fixed: int  # allocated = alloc_fixed + alloc_frac * (natural reserved - alloc_fixed)
-    alloc_frac: float
-    models: tuple[_Model, ...]
-    idle_s: float | None  # seconds since the last forward (None: in use now)
-    gc_objects: int = 0
-    # None: used all the time (``idle_s`` behind); else used every this many
-    # seconds of its life (the first time one period in), idle ``idle_s`` before.
-    use_every_s: float | None = None
-    # Seconds before its process's simulated life began that its agent first saw
-    # the models (0: at that start).
-    seen_before_s: float = 0.0
-
-
-SPECS = (
-    _AgentSpec(  # cache saw-tooths over each 45 s period; live tensors stay put
-        "train.py", 528 * MiB, int(12.5 * 1024) * MiB - 528 * MiB, 0.0,
-        (_Model("model", "torchvision.models.resnet.ResNet", 25_557_032, 4, 212_904,
-                training=True),),
-        idle_s=None, gc_objects=412),
-    _AgentSpec(  # an idle notebook holding a fp16 pipeline and a sizeable cache
-        "ipykernel", 472 * MiB, 2100 * MiB, 0.0,
-        (_Model("pipe.unet", "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel", 859_520_964, 2, 0, False,
-                "StableDiffusionPipeline", use_offset_s=4.0),
-         _Model("pipe.text_encoder", "transformers.models.clip.modeling_clip.CLIPTextModel", 123_060_480, 2, 616, False,
-                "StableDiffusionPipeline", use_offset_s=0.05),
-         _Model("pipe.vae", "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL", 83_653_863, 2, 0, False,
-                "StableDiffusionPipeline", use_offset_s=4.3)),
-        idle_s=2 * 3600 + 17 * 60, gc_objects=9_031,
-        use_every_s=1200.0,  # ... until its user comes back every 20 minutes
-        seen_before_s=2 * 3600 + 17 * 60 + 25 * 60),  # loaded, used for 25 min, left
-    _AgentSpec(
-        "eval.py", 506 * MiB, 437_928_960 + 8192, 0.55,
-        (_Model("bert-base-uncased",
-                "transformers.models.bert.modeling_bert.BertForSequenceClassification",
-                109_483_778, 4, 8192, training=False),),
-        idle_s=None, gc_objects=57),
-    _AgentSpec(
-        "serve_embeddings.py", 458 * MiB, 90_852_864 + 8192, 0.85,
-        (_Model("encoder", "transformers.models.bert.modeling_bert.BertModel", 22_713_216, 4,
-                8192, training=False),),
-        idle_s=1.3, gc_objects=3),
-)
-
-
 @dataclass(slots=True)
-class _ModelState:
+class DemoModelState:
     state: str = "resident"
     offloaded_to: str | None = None
     offloaded_at: float = 0.0  # seconds into its process's life
@@ -151,7 +80,7 @@ class _ProcState:
     pid: int
     index: int
     life: int
-    models: list[_ModelState]
+    models: list[DemoModelState]
     events: collections.deque = field(default_factory=lambda: collections.deque(maxlen=EVENTS_KEPT))
     seq: int = 0
     idle_unload_s: float | None = None
@@ -163,7 +92,7 @@ def model_id(i: int) -> str:
     return f"m{i + 1}"
 
 
-def _auto_blocker(model: _Model, pinned: bool, on_gpu: bool) -> str | None:
+def _auto_blocker(model: DemoModel, pinned: bool, on_gpu: bool) -> str | None:
     """Why the agent refuses an automatic unload (the real agent's rule)."""
     if model.unload_blocker:
         return model.unload_blocker
@@ -176,12 +105,12 @@ def _auto_blocker(model: _Model, pinned: bool, on_gpu: bool) -> str | None:
     return None
 
 
-def _first_seen(spec: _AgentSpec, model: _Model) -> float:
+def _first_seen(spec: AgentSpec, model: DemoModel) -> float:
     """Seconds into its process's life when its agent first saw ``model``."""
     return min(-spec.seen_before_s, _last_use(spec, model, 0.0))
 
 
-def _last_use(spec: _AgentSpec, model: _Model, local: float) -> float:
+def _last_use(spec: AgentSpec, model: DemoModel, local: float) -> float:
     """Seconds into its process's life of ``model``'s last forward at ``local``."""
     if spec.use_every_s is None:
         return local - (spec.idle_s or 0.0)
@@ -196,7 +125,7 @@ class DemoAgents(AgentDirectory):
     def __init__(self, source: DemoSource) -> None:
         self.source = source
         self._lock = threading.RLock()
-        self._specs: dict[int, _AgentSpec] = {}
+        self._specs: dict[int, AgentSpec] = {}
         for index, proc in enumerate(source.processes):
             for spec in SPECS:
                 if spec.match in proc.command:
@@ -268,7 +197,7 @@ class DemoAgents(AgentDirectory):
                 "seconds": round(0.004 + rng.random() * 0.03, 4), "error": None}
 
     # -- model manager
-    def unload(self, pid: int, model: str, to: str = "cpu", force: bool = False,
+    def unload(self, pid: int, model: str, to: str | None = "cpu", force: bool = False,
                reason: str = "manual", timeout_s: float = 300.0) -> ModelActionResult:
         to = to or "cpu"  # the agent's default for a GPU model
         if to not in RATE:
@@ -324,8 +253,11 @@ class DemoAgents(AgentDirectory):
         return {"ok": True, "idle_unload_s": None if seconds is None else float(seconds),
                 "error": None, "code": None}
 
-    def events_since(self, cursor: int = 0):  # type: ignore[no-untyped-def]
+    def events_since(self, cursor: int = 0) -> tuple[list[tuple[int, ModelEvent]], int]:
         return self._log.since(cursor)
+
+    def note_reply(self, pid: int, event: ModelEvent) -> None:
+        """Every simulated event is logged as it happens."""
 
     # -- internals: the simulated agents' model managers
     def _proc(self, pid: int, st: WatchedState) -> _ProcState:
@@ -333,7 +265,7 @@ class DemoAgents(AgentDirectory):
         if proc is None:
             spec = self._specs[st.index]
             proc = _ProcState(pid, st.index, self.source.life(st.index),
-                              [_ModelState() for _ in spec.models], local=st.local)
+                              [DemoModelState() for _ in spec.models], local=st.local)
             self._procs[pid] = proc
         return proc
 
@@ -356,7 +288,7 @@ class DemoAgents(AgentDirectory):
         self.source.read()  # watched_state (and so reports) show the move at once
         self._cache_tick = None
 
-    def _blocker(self, proc: _ProcState | None, spec: _AgentSpec, i: int,
+    def _blocker(self, proc: _ProcState | None, spec: AgentSpec, i: int,
                  st: WatchedState) -> str | None:
         pinned = proc is not None and proc.models[i].pinned
         return _auto_blocker(spec.models[i], pinned, on_gpu=self._memory(spec, st)[3])
@@ -449,7 +381,7 @@ class DemoAgents(AgentDirectory):
                         self._unload(proc, st, i, "cpu", "idle", local)
 
     @staticmethod
-    def _memory(spec: _AgentSpec, st: WatchedState) -> tuple[int, int, int, bool]:
+    def _memory(spec: AgentSpec, st: WatchedState) -> tuple[int, int, int, bool]:
         """(context, reserved, allocated, weights loaded) consistent with the NVML figure."""
         context = min(spec.context, st.memory)
         reserved = st.memory - context
@@ -471,7 +403,7 @@ class DemoAgents(AgentDirectory):
         rng = random.Random(pid * 104729 + st.tick)
         models = []
         for i, m in enumerate(spec.models):
-            ms = state.models[i] if state is not None else _ModelState()
+            ms = state.models[i] if state is not None else DemoModelState()
             if ms.state == "offloaded":
                 device = ms.offloaded_to or "cpu"
                 by_device = {"cpu": {"params": m.param_bytes, "buffers": m.buffer_bytes}} \
@@ -494,8 +426,9 @@ class DemoAgents(AgentDirectory):
                 unload_blocker=m.unload_blocker, placeholder_bytes=0))
         peak_reserved = reserved if spec.match != "train.py" else max(
             reserved, int(self.source.processes[st.index].base + proc.amp) - spec.context)
+        peak_extra = 512 * MiB if spec.match == "train.py" else 0  # the backward pass's peak
         dev = DeviceMemory(index=st.gpu, allocated=allocated, reserved=reserved,
-                           peak_allocated=allocated + (512 * MiB if spec.match == "train.py" else 0),
+                           peak_allocated=allocated + peak_extra,
                            peak_reserved=peak_reserved, active=allocated,
                            inactive_split=min(reserved - allocated, 37 * MiB)
                            if reserved > allocated else 0,

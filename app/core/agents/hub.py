@@ -23,8 +23,15 @@ import time
 from app.agent import protocol
 from app.core.agents import client as agent_client
 from app.core.agents.client import AgentConnection, AgentError, AgentUnavailable
-from app.core.agents.directory import AgentDirectory, ModelEventLog
-from app.core.agents.types import AgentEntry, AgentReport, FreeCacheResult, ModelActionResult
+from app.core.agents.directory import AgentDirectory
+from app.core.agents.event_log import ModelEventLog
+from app.core.agents.types import (
+    AgentEntry,
+    AgentReport,
+    FreeCacheResult,
+    ModelActionResult,
+    ModelEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +156,11 @@ class AgentHub(AgentDirectory):
                     "code": protocol.NOT_FOUND}
         return agent_client.set_idle_unload(entry, seconds, timeout_s)
 
-    def events_since(self, cursor: int = 0):  # type: ignore[no-untyped-def]
+    def events_since(self, cursor: int = 0) -> tuple[list[tuple[int, ModelEvent]], int]:
         return self._events.since(cursor)
+
+    def note_reply(self, pid: int, event: ModelEvent) -> None:
+        """Replies of this hub's own calls are logged as they return (:meth:`_note`)."""
 
     def _note(self, entry: AgentEntry, result: ModelActionResult) -> ModelActionResult:
         if result.event is not None:

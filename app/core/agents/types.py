@@ -31,13 +31,16 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _bare_uuid(uuid: str) -> str:
+def bare_uuid(uuid: str) -> str:
     """"GPU-1a2b…" (NVML) and "1a2b…" (CUDA) name the same device."""
     text = uuid.strip().lower()
     for prefix in ("gpu-", "mig-"):
         if text.startswith(prefix):
             return text[len(prefix):]
     return text
+
+
+_bare_uuid = bare_uuid  # the former private name, still imported by app.core.control
 
 
 def _events(raw: Any) -> tuple[ModelEvent, ...]:
@@ -294,9 +297,9 @@ class AgentReport:
         by index only when the agent cannot say.
         """
         if gpu_uuid and any(d.uuid for d in self.devices):
-            want = _bare_uuid(gpu_uuid)
+            want = bare_uuid(gpu_uuid)
             for dev in self.devices:
-                if dev.uuid and _bare_uuid(dev.uuid) == want:
+                if dev.uuid and bare_uuid(dev.uuid) == want:
                     return dev
             return None
         return self.device(gpu_index)

@@ -11,6 +11,7 @@ import logging
 import time
 
 from app.core.agents.directory import AgentDirectory
+from app.core.agents.events import EventFeed
 from app.core.monitor.host_processes import HostProcessReader
 from app.core.monitor.nvml_source import NA_NOT_SUPPORTED, NA_SEE_MIG
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
@@ -30,8 +31,9 @@ class Collector:
                  pressure_policy: PolicyRunner | PressurePolicyConfig | bool = True) -> None:
         """``pressure_policy``: True (default) runs the memory-pressure policy
         with its defaults whenever there are ``agents``; a config or a runner
-        to choose; False for none.  The runner is ``self.policy`` and
-        ``agents.pressure_policy`` (where the GUI finds it)."""
+        to choose; False for none.  The runner is ``self.policy``.  Every
+        snapshot carries the model events and policy decisions that are new
+        since the previous one (``self.events``)."""
         self.source = source
         self._host = host
         self.agents = agents
@@ -42,8 +44,7 @@ class Collector:
             config = pressure_policy if isinstance(pressure_policy, PressurePolicyConfig) \
                 else None
             self.policy = PolicyRunner(agents, config)
-        if agents is not None and self.policy is not None:
-            agents.pressure_policy = self.policy
+        self.events = EventFeed(agents, self.policy)
         self._agents_started = False
         self._opened = False
         self._driver_version: str | None = None
@@ -89,7 +90,7 @@ class Collector:
                             agents)
         if self.policy is not None:
             self.policy.observe(snapshot)  # decides here, unloads on its own thread
-        return snapshot
+        return self.events.attach(snapshot)
 
     def _agent_reports(self) -> dict:
         if self.agents is None:
@@ -140,8 +141,9 @@ class Collector:
         return self._error_snapshot(reason, started)
 
     def _error_snapshot(self, reason: str, started: float) -> Snapshot:
-        return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
-                        (), reason, time.perf_counter() - started, self._agent_reports())
+        return self.events.attach(Snapshot(
+            time.time(), time.monotonic(), self.source.name, self._driver_version, (), reason,
+            time.perf_counter() - started, self._agent_reports()))
 
     def close(self) -> None:
         if self.policy is not None:

@@ -118,7 +118,9 @@ class GpuSample:
 
     def __post_init__(self) -> None:
         if not self.display_id:
-            ident = str(self.index) if self.mig_index is None else f"{self.index}/mig{self.mig_index}"
+            ident = str(self.index)
+            if self.mig_index is not None:
+                ident += f"/mig{self.mig_index}"
             object.__setattr__(self, "display_id", ident)
 
     @property
@@ -162,3 +164,7 @@ class Snapshot:
     sample_cost: float = 0.0  # seconds this tick took to collect
     # Latest report of each attached agent, by pid (app.core.agents.types.AgentReport).
     agents: Mapping[int, Any] = field(default_factory=dict)
+    # What is new since the previous tick (app.core.agents.events): model events
+    # (ModelEventRecord) and pressure-policy decisions (DecisionUpdate).
+    model_events: tuple[Any, ...] = ()
+    policy_decisions: tuple[Any, ...] = ()

@@ -6,8 +6,8 @@ window; its popup edits an :class:`~app.ui.settings.values.AutoUnloadSettings`.
 :class:`PolicyDriver` is the GUI's handle on the app's one policy
 (``app.core.policies.pressure.PolicyRunner``):
 the Collector feeds it every snapshot on the sampler thread and it unloads on
-a worker thread of its own; the driver applies the settings to it and shows its
-decisions (status bar, Activity log, the rows of the models it is moving).
+a worker thread of its own; the driver applies the settings to it.  Its
+decisions arrive with the snapshots, like every other event.
 """
 
 from __future__ import annotations
@@ -187,20 +187,15 @@ RunnerLike = Any  # app.core.policies.pressure.PolicyRunner, or a callable retur
 
 
 class PolicyDriver(QObject):
-    """The GUI's handle on the app's memory-pressure policy.
+    """The GUI's handle on the app's memory-pressure policy settings.
 
-    The policy itself (``app.core.policies.pressure.PolicyRunner``) is fed by the
+    The policy itself (``app.core.policies.pressure.PolicyRunner``) runs in the
     Collector on the sampler thread — deciding costs microseconds — and carries
-    its unloads out on a worker thread of its own; the agent directory exposes
-    it as ``pressure_policy``.  This driver, on the GUI thread:
-
-    * applies the Auto-unload settings to it (again whenever the source, and so
-      the runner, changes: a new runner starts from its defaults);
-    * reads its decision log on every snapshot (``decisions_since``: a cursor,
-      no I/O) and emits each new or updated decision.
+    its unloads out on a worker thread of its own; its decisions reach the
+    views with the snapshots (``Snapshot.policy_decisions``).  This driver
+    applies the Auto-unload settings to it, and again whenever the source, and
+    so the runner, changes (a new runner starts from its defaults).
     """
-
-    decision = Signal(object)  # PolicyDecision: new, or updated with its results
 
     def __init__(self, runner: RunnerLike = None, settings: AutoUnloadSettings | None = None,
                  parent: QObject | None = None) -> None:
@@ -208,15 +203,11 @@ class PolicyDriver(QObject):
         self._runner = runner
         self.settings = (settings or AutoUnloadSettings()).normalised()
         self._applied_to: Any = None  # the runner the settings were last applied to
-        self._cursor = 0
-        self._emitted: dict[int, bool] = {}  # decision seq -> done, as last emitted
-        #: Bumped when the runner changes (its decisions' seqs start from 1 again).
-        self.generation = 0
         self.error: str | None = None
 
     def runner(self) -> Any:
         r = self._runner
-        if r is None or hasattr(r, "decisions_since"):
+        if r is None or hasattr(r, "set_config"):
             return r
         try:
             return r()
@@ -244,36 +235,11 @@ class PolicyDriver(QObject):
             self.error = str(exc) or type(exc).__name__
         self._applied_to = runner
 
-    def feed(self, snapshot: Snapshot | None = None) -> list[Any]:
-        """Called per snapshot on the GUI thread: new and updated decisions (emitted)."""
+    def feed(self, snapshot: Snapshot | None = None) -> None:
+        """Called per snapshot on the GUI thread: a new runner gets the settings."""
         runner = self.runner()
-        if runner is None:
-            return []
-        if runner is not self._applied_to:
+        if runner is not None and runner is not self._applied_to:
             self._apply_to(runner)
-            self._cursor = 0
-            self._emitted.clear()
-            self.generation += 1  # decision seqs start again
-        try:
-            decisions, self._cursor = runner.decisions_since(self._cursor)
-        except Exception:
-            log.exception("reading the pressure policy's decisions failed")
-            return []
-        # Each decision once as made and once as done: a cursor that hands back the
-        # newest entry again (or a runner that re-records one) is not news.
-        fresh = []
-        for d in decisions:
-            state = bool(getattr(d, "done", False))
-            if self._emitted.get(d.seq) == state:
-                continue
-            self._emitted[d.seq] = state
-            fresh.append(d)
-        if len(self._emitted) > 1024:
-            for seq in sorted(self._emitted)[:512]:
-                del self._emitted[seq]
-        for d in fresh:
-            self.decision.emit(d)
-        return fresh
 
 
 __all__ = ["AutoUnloadControl", "AutoUnloadForm", "PolicyDriver", "config_from_settings"]

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.agents.types import AgentReport, ModelActionResult, ModelEvent, ModelInfo
+from app.core.agents.events import event_text, seconds_text, target_text
+from app.core.agents.placement import gpu_of_device
+from app.core.agents.types import ModelActionResult, ModelEvent, ModelInfo
 from app.core.agents.unload_reasons import overridable, refuses_any_unload
 from app.core.monitor.samples import Snapshot
 from app.ui.agents.action_runner import ActionJob, ActionRunner, DirectoryLike, error_text
@@ -48,8 +50,6 @@ STATE_RELOADING = "reloading"
 BUSY_STATES = (STATE_UNLOADING, STATE_RELOADING)
 
 
-def target_text(target: str | None) -> str:
-    return {"cpu": "CPU", "disk": "disk"}.get(target or "", target or "?")
 
 
 def state_text(m: ModelInfo, pending: ModelAction | None = None) -> str:
@@ -258,35 +258,6 @@ def force_consequences(reason: str, name: str, to: str) -> str:
 
 # -- GPU of a model ----------------------------------------------------------------------------
 
-def gpu_of_device(snapshot: Snapshot | None, report: AgentReport | None,
-                  device: str | None, pid: int | None = None) -> str | None:
-    """The display id of the NVML GPU behind a process's ``"cuda:N"`` (by UUID when
-    the agent reports them); else the GPU the process runs on, if only one."""
-    if snapshot is None:
-        return None
-    if device and device.startswith("cuda:") and report is not None:
-        try:
-            index = int(device.split(":", 1)[1])
-        except ValueError:
-            index = None
-        if index is not None:
-            dev = report.device(index)
-            if dev is not None and dev.uuid:
-                from app.core.agents.types import _bare_uuid
-
-                want = _bare_uuid(dev.uuid)
-                for g in snapshot.gpus:
-                    if g.uuid and _bare_uuid(g.uuid) == want and g.mig_index is None:
-                        return g.display_id
-            elif not any(d.uuid for d in report.devices):
-                for g in snapshot.gpus:
-                    if g.index == index and g.mig_index is None:
-                        return g.display_id
-    if pid is not None:
-        found = [g.display_id for g in snapshot.gpus if any(p.pid == pid for p in g.processes)]
-        if len(found) == 1:
-            return found[0]
-    return None
 
 
 # -- one action -------------------------------------------------------------------------------------
@@ -412,7 +383,7 @@ class ModelAction:
                      f"allocator released {fmt_bytes(ev.bytes_released if ev else None)}",
                      self._nvml_text()]
             if ev is not None and ev.seconds is not None:
-                parts.append(_seconds(ev.seconds))
+                parts.append(seconds_text(ev.seconds))
             forced = " (forced)" if self.force else ""
             return f"{prefix}unloaded {name} to {to}{forced}: " + ", ".join(parts)
         # RELOAD
@@ -423,7 +394,7 @@ class ModelAction:
         ev = self.event
         parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}"]
         if ev is not None and ev.seconds is not None:
-            parts.append(_seconds(ev.seconds))
+            parts.append(seconds_text(ev.seconds))
         if self.measured and self.released is not None:
             parts.append(f"NVML shows {fmt_bytes(max(0, -self.released))} more in use")
         return f"{prefix}reloaded {name}: " + ", ".join(parts)
@@ -446,27 +417,8 @@ def _minutes(seconds: float | None) -> str:
     return f"{minutes:g} min" if minutes < 120 or minutes % 60 else f"{minutes / 60:g} h"
 
 
-def _seconds(s: float) -> str:
-    return f"{s * 1000:.0f} ms" if s < 0.1 else f"{s:.1f} s"
 
 
-def event_text(ev: ModelEvent, size: int | None = None) -> str:
-    """"Unloaded pipe.unet (1.6 GiB → CPU, 0.4 s, idle)" — the marker's hover text."""
-    if ev.action == "unload":
-        head = f"Unloaded {ev.name}" if ev.ok else f"Unload of {ev.name} failed"
-        moved = ev.bytes_moved if ev.bytes_moved is not None else size
-        inner = [f"{fmt_bytes(moved)} → {target_text(ev.target)}" if moved is not None
-                 else f"→ {target_text(ev.target)}"]
-    else:
-        head = f"Reloaded {ev.name}" if ev.ok else f"Reload of {ev.name} failed"
-        inner = [fmt_bytes(ev.bytes_moved)] if ev.bytes_moved is not None else []
-    if ev.seconds is not None:
-        inner.append(_seconds(ev.seconds))
-    inner.append(ev.reason)
-    text = f"{head} ({', '.join(inner)})"
-    if not ev.ok and ev.error:
-        text += f": {ev.error}"
-    return text
 
 
 # -- runner -------------------------------------------------------------------------------------

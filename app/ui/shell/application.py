@@ -103,7 +103,7 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     # settings to it and shows its decisions.  It changes with the source, as the
     # directory does.
     window.set_policy(PolicyDriver(
-        lambda: getattr(sampler.agents, "pressure_policy", None), window.settings.auto_unload,
+        lambda: sampler.policy, window.settings.auto_unload,
         window))
 
     if screenshot:

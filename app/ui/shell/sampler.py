@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 from app.core.agents.directory import AgentDirectory
 from app.core.monitor.collector import Collector, default_agents_for
 from app.core.monitor.source import GpuSource
+from app.core.policies.pressure import PolicyRunner
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class _Worker(QObject):
     snapshot_ready = Signal(object)
 
     def __init__(self, period_s: float, agents_for: AgentsFactory,
-                 publish_agents: Callable[[AgentDirectory | None], None]) -> None:
+                 publish_agents: Callable[[AgentDirectory | None, PolicyRunner | None], None]) -> None:
         super().__init__()
         self._period_s = period_s
         self._collector: Collector | None = None
@@ -74,7 +75,7 @@ class _Worker(QObject):
             log.exception("creating the agent directory failed")
             agents = None
         self._collector = Collector(source, agents=agents)
-        self._publish_agents(agents)
+        self._publish_agents(agents, self._collector.policy)
         self.tick()  # first figures at once, not one period later
 
     @Slot(float)
@@ -99,7 +100,7 @@ class _Worker(QObject):
             thread.quit()
 
     def _close_collector(self) -> None:
-        self._publish_agents(None)  # before closing: no new action may start on it
+        self._publish_agents(None, None)  # before closing: no new action may start on it
         if self._collector is not None:
             try:
                 self._collector.close()
@@ -128,6 +129,7 @@ class Sampler(QObject):
         self._factory = factory
         self._agents_lock = threading.Lock()
         self._agents: AgentDirectory | None = None
+        self._policy: PolicyRunner | None = None
         self._thread = QThread()
         self._thread.setObjectName("vram-steward-sampler")
         self._worker = _Worker(self.period_s, agents_for or default_agents, self._set_agents)
@@ -176,9 +178,17 @@ class Sampler(QObject):
         with self._agents_lock:
             return self._agents
 
-    def _set_agents(self, agents: AgentDirectory | None) -> None:  # on the sampler thread
+    @property
+    def policy(self) -> PolicyRunner | None:
+        """The current source's memory-pressure policy (it runs in the Collector)."""
+        with self._agents_lock:
+            return self._policy
+
+    def _set_agents(self, agents: AgentDirectory | None,
+                    policy: PolicyRunner | None = None) -> None:  # on the sampler thread
         with self._agents_lock:
             self._agents = agents
+            self._policy = policy
 
     @Slot(object)
     def _forward(self, snapshot: object) -> None:

@@ -32,7 +32,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.agents.events import DecisionUpdate, MarkerRing, ModelEventRecord
 from app.core.monitor.history import History
+from app.core.monitor.plot_data import build_plot_data
 from app.core.monitor.samples import DeviceState, Snapshot
 from app.ui.agents.activity import ActivityEntry, ActivityLog, reason_text
 from app.ui.agents.agent_actions import FREE, AgentAction, AgentActionRunner
@@ -48,8 +50,7 @@ from app.ui.agents.model_actions import (
     gpu_of_device,
     target_text,
 )
-from app.ui.agents.model_events import EventRecord, ModelEventLog
-from app.ui.gpu.gpu_panel import GpuPanel
+from app.ui.gpu.panel import GpuPanel
 from app.ui.settings.values import AutoUnloadSettings, UiSettings
 from app.ui.shell.notifier import AlertBanner
 from app.ui.style import palette as pal
@@ -104,15 +105,13 @@ class MainWindow(QMainWindow):
         self._model_last: dict[tuple[int, str | None], ModelAction] = {}
         self._model_measuring: list[ModelAction] = []
         #: Unload / reload events from the agents, deduplicated, with graph markers.
-        self.event_log = ModelEventLog(per_gpu=self.settings.markers_per_gpu)
+        #: Model events per GPU, for the graphs' markers (they arrive with the snapshots).
+        self.markers = MarkerRing(per_gpu=self.settings.markers_per_gpu)
         #: The GUI's handle on the app's memory-pressure policy (set_policy).
         self.policy: PolicyDriver | None = None
         #: Unloads the policy decided that have not finished: (pid, model) -> decision.
         self._policy_pending: dict[tuple[int, str], object] = {}
         self._policy_actions: dict[tuple[int, str, int], ModelAction] = {}
-        self._policy_logged: set[tuple[int, int]] = set()  # (generation, seq) logged
-        self._events_dir: object = None  # the directory events_since was read from
-        self._events_cursor = 0
 
         self.setWindowTitle(APP_TITLE)
         self.resize(1280, 860)
@@ -340,13 +339,12 @@ class MainWindow(QMainWindow):
         self._update_details_button()
         if self._measuring:
             self._measure(snapshot)
-        if agents:
-            records = self.event_log.ingest(snapshot)
-            records += self._directory_events(snapshot)
-            if records:
-                self._on_model_events(records)
+        if snapshot.model_events:
+            self._on_model_events(snapshot.model_events)
         if self.policy is not None:
-            self.policy.feed(snapshot)
+            self.policy.feed(snapshot)  # settings follow a new runner
+        for update in snapshot.policy_decisions:
+            self._on_policy_decision(update)
         if self._model_measuring:
             self._measure_models(snapshot)
         if self.details is not None and self.details.isVisible():
@@ -588,11 +586,8 @@ class MainWindow(QMainWindow):
     def set_policy(self, driver: PolicyDriver | None) -> None:
         """The app's memory-pressure policy: the Auto-unload control edits its settings,
         its decisions are shown (status bar, Activity log, the models' rows)."""
-        if self.policy is not None:
-            self.policy.decision.disconnect(self._on_policy_decision)
         self.policy = driver
         if driver is not None:
-            driver.decision.connect(self._on_policy_decision)
             driver.apply(self.settings.auto_unload)
         self.auto_unload.set_available(driver is not None and driver.available,
                                        (driver.error or "") if driver is not None else "")
@@ -665,8 +660,9 @@ class MainWindow(QMainWindow):
             return None
         return action
 
-    def _on_policy_decision(self, d) -> None:
-        """A pressure-policy decision (``PolicyDecision``), new or with its results."""
+    def _on_policy_decision(self, update: DecisionUpdate) -> None:
+        """A pressure-policy decision, new or with its results."""
+        d = update.decision
         from app.core.policies import pressure as pp
 
         did = next((g.display_id for g in (self._latest.gpus if self._latest else ())
@@ -691,12 +687,7 @@ class MainWindow(QMainWindow):
                 if failed:
                     text += f"; {failed[0].model}: {failed[0].error or failed[0].code}"
             self._status(text, d.reason, error=d.done and not any(r.ok for r in d.results))
-            key = (self.policy.generation if self.policy is not None else 0, d.seq)
-            first = key not in self._policy_logged  # (it may arrive already done)
-            self._policy_logged.add(key)
-            if len(self._policy_logged) > 1024:
-                self._policy_logged = set(sorted(self._policy_logged)[-512:])
-            for a in (d.actions if first else ()):
+            for a in (d.actions if update.new else ()):  # (it may arrive already done)
                 self._add_activity(ActivityEntry(
                     d.time, self._process_label(a.pid), a.name, "Decided: unload",
                     reason_text("pressure"), detail=f"{gpu}: {d.reason}", kind="decision"))
@@ -750,9 +741,10 @@ class MainWindow(QMainWindow):
             self._model_last.pop(next(iter(self._model_last)))
         ev = action.event
         if ev is not None:
-            rec = self.event_log.add_event(self._latest, action.pid, ev)
-            if rec is not None:
-                self._on_model_events([rec], from_action=True)
+            # Shown when it arrives with a snapshot, as every model event is.
+            directory = self.runner.directory() if self.runner is not None else None
+            if directory is not None:
+                directory.note_reply(action.pid, ev)
         if action.kind in (UNLOAD, RELOAD) and action.ok:
             self._model_measuring.append(action)
         elif not action.ok and action.kind != IDLE_TTL:
@@ -778,29 +770,10 @@ class MainWindow(QMainWindow):
                 if self._model_last.get(action.key) is action and action.reason != "pressure":
                     self._status(action.summary())
 
-    def _directory_events(self, snapshot: Snapshot) -> list[EventRecord]:
-        """The directory's own event stream (``events_since``: no I/O), for events that
-        no report carries any more (an agent gone right after an unload)."""
-        d = self.runner.directory() if self.runner is not None else None
-        since = getattr(d, "events_since", None)
-        if d is None or since is None:
-            return []
-        if d is not self._events_dir:
-            self._events_dir, self._events_cursor = d, 0
-        try:
-            events, self._events_cursor = since(self._events_cursor)
-        except Exception:
-            return []
-        out = []
-        for pid, ev in events:
-            rec = self.event_log.add_event(snapshot, pid, ev)
-            if rec is not None:
-                out.append(rec)
-        return out
-
-    def _on_model_events(self, records: list[EventRecord], from_action: bool = False) -> None:
+    def _on_model_events(self, records: tuple[ModelEventRecord, ...]) -> None:
         """New unload / reload events: the Activity log, markers, the status bar."""
         for rec in records:
+            self.markers.add(rec)
             ev = rec.event
             label = self._process_label(rec.pid)
             if ev.action == "unload":
@@ -813,7 +786,7 @@ class MainWindow(QMainWindow):
                 detail=f"{label}: {rec.text}" + (f" on GPU {rec.display_id}"
                                                   if rec.display_id else ""),
                 error=not ev.ok))
-            if ev.reason != "manual" and not from_action:
+            if ev.reason != "manual":
                 self._status(f"{label}: {rec.text}", error=not ev.ok)
         # Markers: draw the changed panels at the next refresh.
         self._dirty = True
@@ -860,13 +833,13 @@ class MainWindow(QMainWindow):
 
     # -- internals -----------------------------------------------------------------------
     def _refresh_panel(self, did: str, panel: GpuPanel) -> None:
-        keys = panel.wanted_keys(self.history.available(did, self.span_s))
-        view = self.history.view(did, self.span_s, keys)
-        version = self.event_log.versions.get(did)
+        version = self.markers.versions.get(did)
         if version is not None:
-            panel.set_markers(self.event_log.markers.get(did, ()), version)
-        panel.refresh_plot(view, functools.partial(self.history.label, did), self.span_s,
-                           self._latest.timestamp if self._latest is not None else None)
+            panel.set_markers(self.markers.markers.get(did, ()), version)
+        data = build_plot_data(self.history, did, self.span_s, panel.plot_width_px(),
+                               panel.plot_inputs())
+        panel.set_plot_data(data, self.span_s,
+                            self._latest.timestamp if self._latest is not None else None)
 
     def _panel_on_screen(self, panel: GpuPanel) -> bool:
         """False only for panels scrolled out of sight in a shown window."""

@@ -19,6 +19,7 @@ guard_singleton_refcounts()  # a no-op unless this PySide6 build needs it
 
 import pytest  # noqa: E402
 
+from app.core.agents.events import EventFeed  # noqa: E402
 from app.core.monitor.collector import Collector  # noqa: E402
 from app.core.monitor.demo_source import DemoSource, scaled_scenario  # noqa: E402
 
@@ -44,6 +45,19 @@ class DemoFeed:
             window.on_snapshot(snap)
             self.t[0] += dt
         return snap
+
+
+class Ticks:
+    """Snapshots into the window as the Collector delivers them: with the model
+    events and policy decisions that are new since the previous one attached
+    (the core event path), for tests that build their snapshots by hand."""
+
+    def __init__(self, window, directory=None, policy=None) -> None:
+        self.window = window
+        self.feed = EventFeed(directory, policy)
+
+    def __call__(self, snapshot) -> None:
+        self.window.on_snapshot(self.feed.attach(snapshot))
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from app.core.agents import client as agent_client
-from app.core.agents.directory import AgentDirectory, ModelEventLog
+from app.core.agents.directory import AgentDirectory
+from app.core.agents.event_log import ModelEventLog
 from app.core.agents.hub import AgentHub
 from app.core.agents.types import AgentEntry, ModelEvent
 from tests.fakes.fake_agent import FakeAgent
@@ -163,7 +164,14 @@ def test_default_directory_has_no_model_manager():
     bare = Bare()
     assert bare.unload(1, "m").code == "unsupported"
     assert bare.set_idle_unload(1, 5)["ok"] is False
-    assert bare.events_since(7) == ([], 7) and bare.pressure_policy is None
+    assert bare.events_since(7) == ([], 7)
+    # An action's reply event reaches the event path through any directory, once.
+    ev = ModelEvent(seq=3, time=1.0, model="m", name="m", action="unload", state="offloaded",
+                    target="cpu", reason="manual", ok=True)
+    bare.note_reply(41, ev)
+    bare.note_reply(41, ev)
+    events, cursor = bare.events_since(0)
+    assert events == [(41, ev)] and bare.events_since(cursor) == ([], cursor)
 
 
 # ------------------------------------------------------------------ hub

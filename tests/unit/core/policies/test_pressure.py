@@ -367,7 +367,7 @@ def test_collector_runs_the_policy_by_default_when_there_are_agents():
     src = DemoSource(seed=7)
     agents = DemoAgents(src)
     collector = Collector(src, agents=agents)
-    assert isinstance(collector.policy, PolicyRunner) and agents.pressure_policy is collector.policy
+    assert isinstance(collector.policy, PolicyRunner) and collector.events.policy is collector.policy
     assert collector.policy.enabled
     assert Collector(DemoSource(seed=7)).policy is None
     off = DemoAgents(DemoSource(seed=7))

@@ -28,6 +28,7 @@ from app.ui.settings.values import AutoUnloadSettings
 from app.ui.style.format import GiB, MiB
 from tests.unit.ui.agents.test_agent_views import NOW, device, gpu, proc, report, snap, with_runner
 from tests.unit.ui.agents.test_agent_views import FakeDirectory as _FreeCacheFake
+from tests.unit.ui.conftest import Ticks
 
 UNET = int(1.6 * GiB)
 
@@ -304,7 +305,8 @@ def test_blocker_texts_explain_the_new_rule():
 def test_unload_to_cpu_runs_off_the_gui_thread_with_progress_then_the_result(window, qtbot):
     fake = ModelFake(block=True)
     with_runner(window, fake, settle_s=0.2)
-    window.on_snapshot(notebook_snap(mem=5 * GiB))
+    tick = Ticks(window, fake)
+    tick(notebook_snap(mem=5 * GiB))
     view = window.open_details(20)
     select(view, "m-unet")
     qtbot.mouseClick(view.unload_cpu_button, Qt.MouseButton.LeftButton)
@@ -329,7 +331,7 @@ def test_unload_to_cpu_runs_off_the_gui_thread_with_progress_then_the_result(win
     # NVML drops: measured once the driver settled.
     time.sleep(0.25)
     offloaded = [mi("m-unet", "pipe.unet", state="offloaded", to="cpu", idle=1)]
-    window.on_snapshot(snap([gpu(0, proc(20, int(3.5 * GiB)))], {20: notebook(offloaded)},
+    tick(snap([gpu(0, proc(20, int(3.5 * GiB)))], {20: notebook(offloaded)},
                             t=12.0))
     result = view.model_result.text()
     assert "NVML shows 1.5 GiB released" in result and "0.4 s" in result
@@ -338,9 +340,8 @@ def test_unload_to_cpu_runs_off_the_gui_thread_with_progress_then_the_result(win
     assert view.reload_button.isEnabled()
     # The reply's event is logged (and not again when the report repeats it).
     assert window.activity.rows()[0][3] == "Unloaded → CPU"
-    ev = window.event_log
-    assert ev.seen(20, 101)
-    window.on_snapshot(snap([gpu(0, proc(20, int(3.5 * GiB)))],
+    assert tick.feed.seen(20, 101)
+    tick(snap([gpu(0, proc(20, int(3.5 * GiB)))],
                             {20: notebook(offloaded, events=[event(101, reason="manual")])},
                             t=13.0))
     assert len([r for r in window.activity.rows() if r[3] == "Unloaded → CPU"]) == 1
@@ -443,14 +444,15 @@ def test_idle_timer_control_sets_seconds_and_none(window, qtbot):
 # -- markers --------------------------------------------------------------------------------------
 
 def test_markers_appear_on_the_right_gpu_once_per_seq(window):
+    tick = Ticks(window)
     # (received_at: reports are fresh, on the snapshots' clock.)
     r = notebook(events=[event(1), event(2, action="reload", reason="forward", t=NOW + 3)],
                  index=1, received_at=NOW + 10.0)
     gpus = [gpu(0, proc(30, GiB)), gpu(1, proc(20, 5 * GiB))]
-    window.on_snapshot(snap(gpus, {20: r}, t=10.0))
+    tick(snap(gpus, {20: r}, t=10.0))
     # The same events again (a new report object, as every poll brings).
     r2 = dataclasses.replace(r, events=tuple(r.events))
-    window.on_snapshot(snap(gpus, {20: r2}, t=10.5))
+    tick(snap(gpus, {20: r2}, t=10.5))
     window.refresh(force=True)
     p0, p1 = window.panels["0"], window.panels["1"]
     assert p0.marker_positions() == []
@@ -462,7 +464,7 @@ def test_markers_appear_on_the_right_gpu_once_per_seq(window):
     assert marks[0][0] == pytest.approx(-11.5) and marks[1][0] == pytest.approx(-7.5)
     assert len(p1.unload_markers.data) == 1 and len(p1.reload_markers.data) == 1
     # They scroll with the plot.
-    window.on_snapshot(snap(gpus, {20: r2}, t=20.5))
+    tick(snap(gpus, {20: r2}, t=20.5))
     window.refresh(force=True)
     assert p1.marker_positions()[0][0] == pytest.approx(-21.5)
     assert p1.unload_markers.pos().x() == pytest.approx(p1.marker_positions()[0][0]
@@ -475,10 +477,11 @@ def test_markers_appear_on_the_right_gpu_once_per_seq(window):
 
 
 def test_markers_are_bounded_per_gpu(window):
-    window.event_log.per_gpu = 5
+    tick = Ticks(window)
+    window.markers.per_gpu = 5
     for i in range(12):
         r = notebook(events=[event(i + 1, t=NOW + i)])
-        window.on_snapshot(snap([gpu(0, proc(20, 5 * GiB))], {20: r}, t=10.0 + i))
+        tick(snap([gpu(0, proc(20, 5 * GiB))], {20: r}, t=10.0 + i))
     window.refresh(force=True)
     assert len(window.panels["0"].marker_positions()) == 5
 
@@ -525,10 +528,11 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
     with_runner(window, fake)
     runner = PolicyRunner(fake)
     window.set_policy(PolicyDriver(runner))
+    tick = Ticks(window, fake, runner)
     full = notebook_snap(mem=22 * GiB)  # 92 % of 24 GiB
     decisions = runner.observe(full)  # as the Collector does, on the sampler thread
     assert [a.name for d in decisions for a in d.actions] == ["pipe.unet"]
-    window.on_snapshot(full)
+    tick(full)
     assert window.action_label.text() == (
         "Auto-unload: GPU 0 at 92 % ≥ 90 %: unloading pipe.unet (1.6 GiB)")
     rows = window.activity.rows()
@@ -543,7 +547,7 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
     assert threading.get_ident() not in fake.threads
     fake.gate.set()
     assert runner.wait_idle(3)
-    window.on_snapshot(notebook_snap(t=11.0, mem=int(20.4 * GiB)))
+    tick(notebook_snap(t=11.0, mem=int(20.4 * GiB)))
     assert window.action_label.text() == (
         "Auto-unload: GPU 0: unloaded 1 of 1 (pipe.unet (1.6 GiB)), released 1.6 GiB")
     assert text(model_rows(view), "pipe.unet", MCOL_STATE) == "Resident"  # as reported
@@ -552,21 +556,23 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
 def test_nothing_eligible_is_said(window):
     runner = PolicyRunner(ModelFake())
     window.set_policy(PolicyDriver(runner))
+    tick = Ticks(window, policy=runner)
     busy = [mi("m-train", "model", training=True, evidence="train mode", blocker="train mode",
                idle=2)]
     full = snap([gpu(0, proc(20, 23 * GiB))], {20: notebook(busy)})
     runner.observe(full)
-    window.on_snapshot(full)
+    tick(full)
     assert window.action_label.text() == "Auto-unload: GPU 0 at 96 %, nothing eligible to unload"
     assert "train mode" in window.action_label.toolTip()
     assert window.activity.rows()[0][3] == "GPU 0: nothing to unload"
 
 
 def test_activity_log_lists_events(window):
+    tick = Ticks(window)
     events = [event(1, reason="idle"), event(2, action="reload", reason="forward", t=NOW + 2),
               event(3, name="pipe.vae", model="m-vae", reason="pressure", target="disk",
                     released=150 * MiB, t=NOW + 3)]
-    window.on_snapshot(snap([gpu(0, proc(20, 5 * GiB))], {20: notebook(events=events)}))
+    tick(snap([gpu(0, proc(20, 5 * GiB))], {20: notebook(events=events)}))
     rows = window.activity.rows()
     assert [r[1:6] for r in rows] == [
         ["job20.py (20)", "pipe.vae", "Unloaded → disk", "memory pressure", "150 MiB"],
@@ -587,8 +593,9 @@ def test_events_from_the_directorys_stream_are_logged_once(window):
     ev = event(7, reason="idle")
     fake.events_since = lambda cursor: ([(20, ev)][cursor:], 1)
     with_runner(window, fake)
-    window.on_snapshot(notebook_snap())  # the report has no events: the stream's counts
-    window.on_snapshot(snap([gpu(0, proc(20, 5 * GiB))], {20: notebook(events=[ev])}, t=11.0))
+    tick = Ticks(window, fake)
+    tick(notebook_snap())  # the report has no events: the stream's counts
+    tick(snap([gpu(0, proc(20, 5 * GiB))], {20: notebook(events=[ev])}, t=11.0))
     assert [r[3] for r in window.activity.rows()] == ["Unloaded → CPU"]
     window.refresh(force=True)
     assert len(window.panels["0"].marker_positions()) == 1
@@ -611,7 +618,7 @@ def test_demo_pressure_policy_end_to_end(window, qtbot):
         feed.step(window, 10)
         feed.collector.policy.wait_idle(3)
         qtbot.wait(1)
-        if window.event_log.markers.get("0"):
+        if window.markers.markers.get("0"):
             break
     window.refresh(force=True)
     marks = window.panels["0"].marker_positions()

@@ -1,0 +1,86 @@
+"""The demo's simulated agents: which demo process has one, and the models it holds.
+
+Sizes are those of the real models (parameter counts of ResNet-50,
+StableDiffusion 1.5's UNet / CLIP text encoder / VAE, BERT base and
+MiniLM), so the breakdown bars look as they would for those jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.monitor.demo_source import MiB
+
+
+@dataclass(frozen=True, slots=True)
+class DemoModel:
+    name: str
+    class_name: str
+    params: int
+    bytes_per_param: int
+    buffer_bytes: int
+    training: bool  # train mode, stepped by an optimizer every iteration
+    group: str | None = None
+    use_offset_s: float = 0.0  # when, within one use of its process, it runs its forward
+    unload_blocker: str | None = None  # why any unload would be refused (none in the demo)
+
+    @property
+    def training_evidence(self) -> str | None:
+        return "train mode" if self.training else None
+
+    @property
+    def param_bytes(self) -> int:
+        return self.params * self.bytes_per_param
+
+    @property
+    def dtype(self) -> str:
+        return {2: "float16", 4: "float32"}[self.bytes_per_param]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    match: str  # a fragment of the demo process's command line
+    context: int  # bytes NVML counts outside the caching allocator
+    alloc_fixed: int  # allocated = alloc_fixed + alloc_frac * (natural reserved - alloc_fixed)
+    alloc_frac: float
+    models: tuple[DemoModel, ...]
+    idle_s: float | None  # seconds since the last forward (None: in use now)
+    gc_objects: int = 0
+    # None: used all the time (``idle_s`` behind); else used every this many
+    # seconds of its life (the first time one period in), idle ``idle_s`` before.
+    use_every_s: float | None = None
+    # Seconds before its process's simulated life began that its agent first saw
+    # the models (0: at that start).
+    seen_before_s: float = 0.0
+
+
+SPECS = (
+    AgentSpec(  # cache saw-tooths over each 45 s period; live tensors stay put
+        "train.py", 528 * MiB, int(12.5 * 1024) * MiB - 528 * MiB, 0.0,
+        (DemoModel("model", "torchvision.models.resnet.ResNet", 25_557_032, 4, 212_904,
+                training=True),),
+        idle_s=None, gc_objects=412),
+    AgentSpec(  # an idle notebook holding a fp16 pipeline and a sizeable cache
+        "ipykernel", 472 * MiB, 2100 * MiB, 0.0,
+        (DemoModel("pipe.unet",
+                   "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel",
+                   859_520_964, 2, 0, False, "StableDiffusionPipeline", use_offset_s=4.0),
+         DemoModel("pipe.text_encoder", "transformers.models.clip.modeling_clip.CLIPTextModel",
+                   123_060_480, 2, 616, False, "StableDiffusionPipeline", use_offset_s=0.05),
+         DemoModel("pipe.vae", "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL",
+                   83_653_863, 2, 0, False, "StableDiffusionPipeline", use_offset_s=4.3)),
+        idle_s=2 * 3600 + 17 * 60, gc_objects=9_031,
+        use_every_s=1200.0,  # ... until its user comes back every 20 minutes
+        seen_before_s=2 * 3600 + 17 * 60 + 25 * 60),  # loaded, used for 25 min, left
+    AgentSpec(
+        "eval.py", 506 * MiB, 437_928_960 + 8192, 0.55,
+        (DemoModel("bert-base-uncased",
+                "transformers.models.bert.modeling_bert.BertForSequenceClassification",
+                109_483_778, 4, 8192, training=False),),
+        idle_s=None, gc_objects=57),
+    AgentSpec(
+        "serve_embeddings.py", 458 * MiB, 90_852_864 + 8192, 0.85,
+        (DemoModel("encoder", "transformers.models.bert.modeling_bert.BertModel", 22_713_216, 4,
+                8192, training=False),),
+        idle_s=1.3, gc_objects=3),
+)
