@@ -46,3 +46,6 @@ _._mouse_proxy
 # read by the traceback machinery.
 _.protocol_
 _.__cause__
+
+# Used by benchmarks/ (outside the scanned tree) as well as by tests.
+_.scaled_scenario
