@@ -12,9 +12,7 @@ import time
 from typing import Any
 
 from app.core.monitor.samples import Container, GpuSample, ProcessSample, Snapshot
-
-GiB = 1024**3
-MiB = 1024**2
+from app.core.units import NA, fmt_fraction, fmt_percent, fmt_size
 
 
 def process_to_json(p: ProcessSample) -> dict[str, Any]:
@@ -73,22 +71,10 @@ def snapshot_to_json(s: Snapshot) -> dict[str, Any]:
     }
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    if n >= GiB:
-        return f"{n / GiB:.1f} GiB"
-    return f"{n / MiB:.0f} MiB"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.0f} %"
-
-
 def snapshot_to_table(s: Snapshot, width: int = 120) -> str:
     """A gpustat-like summary: one line per GPU, one indented line per process."""
     head = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.timestamp))
-    driver = s.driver_version or "n/a"
+    driver = s.driver_version or NA
     lines = [f"{socket.gethostname()}  {head}  source {s.source}, driver {driver}"]
     if s.error and not s.gpus:
         lines.append(f"  {s.error}")
@@ -98,11 +84,11 @@ def snapshot_to_table(s: Snapshot, width: int = 120) -> str:
             lines.append(f"{ident} {g.name} | {g.message or g.state.value}")
             continue
         frac = g.memory_fraction
-        used = f"{_size(g.memory_used)} / {_size(g.memory_total)}"
+        used = f"{fmt_size(g.memory_used)} / {fmt_size(g.memory_total)}"
         if frac is not None:
-            used += f" ({frac * 100:.0f} %)"
-        temp = "n/a" if g.temperature is None else f"{g.temperature:.0f}°C"
-        lines.append(f"{ident} {g.name} | {temp}, util {_pct(g.utilization_gpu)} | {used}")
+            used += f" ({fmt_fraction(frac)})"
+        temp = NA if g.temperature is None else f"{g.temperature:.0f}°C"
+        lines.append(f"{ident} {g.name} | {temp}, util {fmt_percent(g.utilization_gpu)} | {used}")
         for note in g.notes.values():
             lines.append(f"      ({note})")
         for p in sorted(g.processes, key=lambda p: -(p.gpu_memory or 0)):
@@ -110,11 +96,11 @@ def snapshot_to_table(s: Snapshot, width: int = 120) -> str:
             what = p.command or p.host_status.label or p.name or "?"
             if p.container is not None:
                 what = f"[{p.container.label}] {what}"  # before the command, which may be cut
-            row = (f"    {p.pid:>7}  {who:<10.10} {_size(p.gpu_memory):>10}  "
-                   f"SM {_pct(p.sm_util):>5}  CPU {_pct(p.cpu_percent):>6}  {what}")
+            row = (f"    {p.pid:>7}  {who:<10.10} {fmt_size(p.gpu_memory):>10}  "
+                   f"SM {fmt_percent(p.sm_util):>5}  CPU {fmt_percent(p.cpu_percent):>6}  {what}")
             lines.append(row[:width])
         unattributed = g.unattributed_memory
         if unattributed:  # unknown or 0: nothing to say
             # Its size in the processes' memory column ("unattributed" spans pid and user).
-            lines.append(f"    {'unattributed':<19} {_size(unattributed):>10}"[:width])
+            lines.append(f"    {'unattributed':<19} {fmt_size(unattributed):>10}"[:width])
     return "\n".join(lines)

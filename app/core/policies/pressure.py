@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.agents.types import ModelActionResult
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
+from app.core.units import fmt_gib
 
 if TYPE_CHECKING:
     from app.core.agents.directory import AgentDirectory
@@ -129,10 +130,6 @@ class PolicyDecision:
             "done": self.done, "results": [r.to_json() for r in self.results],
             "bytes_released": self.bytes_released,
         }
-
-
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / 1024**3:.2f} GiB"
 
 
 def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float) -> str | None:
@@ -276,8 +273,9 @@ class PressurePolicy:
                 f"{fraction:.0%} used, nothing eligible to unload"
                 + (f": {why}{more}" if skipped else ": no models on this GPU"),
                 projected_used=used, skipped=tuple(skipped))
-        names = ", ".join(f"{a.name} ({a.pid}, idle {a.idle_s / 60:.0f} min, {_gib(a.bytes)})"
-                          for a in chosen)
+        names = ", ".join(
+            f"{a.name} ({a.pid}, idle {a.idle_s / 60:.0f} min, {fmt_gib(a.bytes, 2)})"
+            for a in chosen)
         short = "" if projected < goal else \
             f"; still {projected / total:.0%} projected: nothing else is eligible"
         return self._decision(
@@ -416,8 +414,8 @@ class PolicyRunner:
             ok = sum(1 for r in results if r.ok)
             failed = "; ".join(f"{r.model}: {r.code or 'failed'}: {r.error}"
                                for r in results if not r.ok)
-            outcome = f" -> unloaded {ok} of {len(decision.actions)}, released {_gib(released)}" \
-                + (f"; {failed}" if failed else "")
+            outcome = (f" -> unloaded {ok} of {len(decision.actions)}, "
+                       f"released {fmt_gib(released, 2)}") + (f"; {failed}" if failed else "")
             done = dataclasses.replace(decision, done=True, results=tuple(results),
                                        bytes_released=released,
                                        reason=decision.reason + outcome)
