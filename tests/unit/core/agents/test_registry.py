@@ -1,0 +1,139 @@
+"""The agents' registry: live entries listed, stale ones pruned (only our own
+files, and a socket only inside the runtime dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+import pytest
+
+from app.core.agents import registry
+from app.core.agents.registry import read_registry
+from tests.fakes.fake_agent import FakeAgent
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
+
+
+@pytest.fixture
+def agent(runtime):
+    fake = FakeAgent(sock_dir=runtime)
+    yield fake
+    fake.close()
+
+
+def test_runtime_dir_follows_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("VRAM_STEWARD_RUNTIME_DIR", str(tmp_path))
+    assert registry.runtime_dir() == str(tmp_path)
+    monkeypatch.delenv("VRAM_STEWARD_RUNTIME_DIR")
+    if os.name != "nt":
+        assert registry.runtime_dir() == os.path.join(
+            tempfile.gettempdir(), f"vram-steward-{os.getuid()}")
+
+
+
+def test_registry_lists_live_agents_and_skips_malformed_files(agent, runtime):
+    path = agent.register(runtime)
+    folder = os.path.dirname(path)
+    for name, text in [("bad.json", "{not json"), ("list.json", "[1, 2]"),
+                       ("nopid.json", json.dumps({"address": "x", "transport": "unix"})),
+                       ("huge.json", "{" + " " * 100_000 + "}"), ("notes.txt", "hello")]:
+        with open(os.path.join(folder, name), "w") as fh:
+            fh.write(text)
+    os.mkdir(os.path.join(folder, "dir.json"))
+    entries = read_registry(runtime)
+    assert [e.pid for e in entries] == [agent.pid]
+    assert entries[0].path == path
+    # malformed files are left alone (an agent may be writing one)
+    assert os.path.exists(os.path.join(folder, "bad.json"))
+
+
+def test_missing_registry_is_empty(tmp_path):
+    assert read_registry(str(tmp_path / "nowhere")) == []
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def write_entry(runtime: str, data: dict, name: str) -> str:
+    folder = os.path.join(runtime, "agents")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    with open(path, "w") as fh:
+        json.dump(data, fh)
+    return path
+
+
+def test_dead_pid_entry_and_its_socket_are_pruned(runtime):
+    pid = dead_pid()
+    sock_path = os.path.join(runtime, "agents", f"{pid}.sock")
+    os.makedirs(os.path.dirname(sock_path), exist_ok=True)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(sock_path)
+    s.close()
+    path = write_entry(runtime, {"pid": pid, "create_time": time.time() - 5,
+                                 "address": sock_path, "transport": "unix"}, f"{pid}.json")
+    assert read_registry(runtime) == []
+    assert not os.path.exists(path)
+    assert not os.path.exists(sock_path)
+
+
+def test_socket_outside_the_runtime_dir_is_never_deleted(runtime, tmp_path):
+    pid = dead_pid()
+    outside = tmp_path / "elsewhere.sock"
+    outside.write_text("not ours to delete")
+    path = write_entry(runtime, {"pid": pid, "create_time": 1.0, "address": str(outside),
+                                 "transport": "unix"}, f"{pid}.json")
+    assert read_registry(runtime) == []
+    assert not os.path.exists(path)
+    assert outside.exists()
+
+
+def test_pid_reuse_is_detected_by_create_time(runtime):
+    me = os.getpid()
+    real = psutil.Process(me).create_time()
+    reused = write_entry(runtime, {"pid": me, "create_time": real - 3600, "address": "/x.sock",
+                                   "transport": "unix"}, "reused.json")
+    close = write_entry(runtime, {"pid": me, "create_time": real + 0.5, "address": "/y.sock",
+                                  "transport": "unix"}, "close.json")
+    entries = read_registry(runtime)
+    assert [e.path for e in entries] == [close]
+    assert not os.path.exists(reused)
+
+
+def test_prune_false_keeps_files(runtime):
+    path = write_entry(runtime, {"pid": dead_pid(), "create_time": 1.0, "address": "/x.sock",
+                                 "transport": "unix"}, "dead.json")
+    assert read_registry(runtime, prune=False) == []
+    assert os.path.exists(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="needs root to chown")
+def test_files_owned_by_someone_else_are_never_deleted(runtime):
+    path = write_entry(runtime, {"pid": dead_pid(), "create_time": 1.0, "address": "/x.sock",
+                                 "transport": "unix"}, "theirs.json")
+    os.chown(path, 65534, 65534)
+    assert read_registry(runtime) == []
+    assert os.path.exists(path)
+
+
+def test_ownership_check_refuses_other_owners(runtime, monkeypatch):
+    """Without root: pretend to be another uid, so the file is 'someone else's'."""
+    if not hasattr(os, "getuid"):
+        pytest.skip("POSIX only")
+    path = write_entry(runtime, {"pid": dead_pid(), "create_time": 1.0, "address": "/x.sock",
+                                 "transport": "unix"}, "theirs.json")
+    real_uid = os.getuid()
+    monkeypatch.setattr(registry.os, "getuid", lambda: real_uid + 12345)
+    assert read_registry(runtime) == []
+    assert os.path.exists(path)
+
