@@ -28,9 +28,11 @@ graph; exact figures come from the latest sample) and float64 for the device.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -279,24 +281,46 @@ class GpuHistory:
         since = newest - span_s
         return {key: seen - newest for key, seen in self.last_seen.items() if seen >= since}
 
-    def view(self, span_s: float, keys: Iterable[ProcessKey] | None = None) -> SeriesView:
-        """The last ``span_s`` seconds, from the fine ring when it covers them.
-
-        ``keys`` limits the process series copied (a plot shows a handful of
-        the up to 128 it could); None copies every process with data in span.
-        """
+    def _span(self, span_s: float) -> tuple[_Ring, np.ndarray, float] | None:
+        """The ring that serves ``span_s``, its slots in span (oldest first) and
+        its newest time; None before the first sample."""
         # The fine ring also serves long spans until it has wrapped once: it then
         # still holds everything, at full resolution.
         fine_has_all = self.fine.count < self.fine.slots
         ring = self.fine if span_s <= self.config.fine_span_s or fine_has_all else self.coarse
         newest = ring.newest_time()
         if newest is None:
+            return None
+        order = ring.order()
+        keep = ring.time[order] >= newest - span_s
+        return ring, order[keep], newest
+
+    def peaks(self, span_s: float, keys: Iterable[ProcessKey]) -> dict[ProcessKey, float]:
+        """Each process's highest VRAM in the last ``span_s`` (bytes; NaN when
+        never known there), without copying the series into a view."""
+        span = self._span(span_s)
+        if span is None:
+            return {}
+        ring, order, _ = span
+        out: dict[ProcessKey, float] = {}
+        with np.errstate(all="ignore"):
+            for key in keys:
+                row = self.row_of.get(key)
+                if row is not None:
+                    out[key] = float(np.fmax.reduce(ring.row_series(row, order), initial=np.nan))
+        return out
+
+    def view(self, span_s: float, keys: Iterable[ProcessKey] | None = None) -> SeriesView:
+        """The last ``span_s`` seconds, from the fine ring when it covers them.
+
+        ``keys`` limits the process series copied (a plot shows a handful of
+        the up to 128 it could); None copies every process with data in span.
+        """
+        span = self._span(span_s)
+        if span is None:
             empty = np.empty(0)
             return SeriesView(empty, empty, empty, {})
-        order = ring.order()
-        times = ring.time[order]
-        keep = times >= newest - span_s
-        order = order[keep]
+        ring, order, newest = span
         t = ring.time[order] - newest
         procs: dict[ProcessKey, np.ndarray] = {}
         wanted = self.row_of.items() if keys is None else (
@@ -335,6 +359,11 @@ class History:
         hist = self.gpus.get(display_id)
         return hist.available(span_s) if hist else {}
 
+    def peaks(self, display_id: str, span_s: float,
+              keys: Iterable[ProcessKey]) -> dict[ProcessKey, float]:
+        hist = self.gpus.get(display_id)
+        return hist.peaks(span_s, keys) if hist else {}
+
     def label(self, display_id: str, key: ProcessKey) -> str:
         hist = self.gpus.get(display_id)
         return (hist.labels.get(key) if hist else None) or f"pid {key[0]}"
@@ -370,15 +399,9 @@ def _nanmax(values: np.ndarray) -> float:
     return float(np.nanmax(values))
 
 
-class _nan_warnings_off:
+@contextlib.contextmanager
+def _nan_warnings_off() -> Iterator[None]:
     """np.nanmax warns on all-NaN rows (a process absent for a whole bucket)."""
-
-    def __enter__(self) -> None:
-        import warnings
-
-        self._ctx = warnings.catch_warnings()
-        self._ctx.__enter__()
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc: object) -> None:
-        self._ctx.__exit__(*exc)
+        yield

@@ -7,16 +7,14 @@ from the history) and the legend show it and never recompute it.  Qt-free.
 
 from __future__ import annotations
 
+from app.core.monitor.plot_data import UNATTRIBUTED_KEY
+from app.core.monitor.plot_data import UNATTRIBUTED_LABEL as LABEL
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.ui.style.format import NA, fmt_bytes
 
-#: Key of the unattributed row (table) and series (graph, legend).  A string,
-#: so it can never equal a process key (pid, create time) or a pid.
-UNATTRIBUTED_KEY = "__unattributed__"
-LABEL = "Unattributed"
-
 _CAN_BE = ("It can be:\n"
-           "• processes in other containers or PID namespaces, which the driver does not list here\n"
+           "• processes in other containers or PID namespaces, which the driver does not list"
+           " here\n"
            "• memory of processes that have exited and that the driver has not released yet\n"
            "• the driver's own allocations (CUDA contexts, page tables)")
 

@@ -11,8 +11,9 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.core.monitor.history import History, HistoryConfig
+from app.core.monitor.plot_data import shape
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
-from app.ui.gpu.gpu_panel import GpuPanel
+from app.ui.gpu.panel import GpuPanel
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 from app.ui.style import palette as pal
 from app.ui.style.format import GiB, MiB, fmt_bytes, fmt_gib
@@ -100,13 +101,18 @@ def panel(qtbot):
     return p
 
 
+def refresh_plot(panel, view):
+    """Shape ``view`` with the panel's latest figures and draw it."""
+    panel.set_plot_data(shape(view, panel.plot_inputs(), panel.plot_width_px()), span_s=600.0)
+
+
 def draw(panel, rest=True):
     history = fed()
     panel.update_sample(TICKS[-1])
     view = history.view("0", 600.0)
     if not rest:
         view = dataclasses.replace(view, unattributed=np.empty(0))
-    panel.refresh_plot(view, span_s=600.0)
+    refresh_plot(panel, view)
     return view
 
 
@@ -145,10 +151,9 @@ def test_hover_reads_the_unattributed_figure_or_na(panel):
 def test_no_curve_without_anything_unattributed(panel):
     view = draw(panel, rest=False)
     assert panel.curve_for(UNATTRIBUTED_KEY) is None
-    panel.refresh_plot(dataclasses.replace(view, unattributed=np.full(view.t.size, np.nan)),
-                       span_s=600.0)
+    refresh_plot(panel, dataclasses.replace(view, unattributed=np.full(view.t.size, np.nan)))
     assert panel.curve_for(UNATTRIBUTED_KEY) is None  # never known: nothing to draw
-    panel.refresh_plot(dataclasses.replace(view, unattributed=np.zeros(view.t.size)), span_s=600.0)
+    refresh_plot(panel, dataclasses.replace(view, unattributed=np.zeros(view.t.size)))
     assert panel.curve_for(UNATTRIBUTED_KEY) is None  # always 0: no line along the floor
     assert "Unattributed" not in [name for _, name in panel.legend.entries]
 

@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QPushButton
 
 from app.core.monitor.history import History
+from app.core.monitor.plot_data import OTHER_KEY, TOP_N
 from app.core.monitor.samples import DeviceState, GpuSample, ProcessSample, Snapshot
-from app.ui.gpu.gpu_panel import OTHER_KEY, TOP_N
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 from app.ui.style import palette as pal
 from app.ui.style.format import GiB
