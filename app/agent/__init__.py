@@ -7,7 +7,10 @@ CUDA, never raises into user code (its own errors go to ``agent.log`` in
 
 Start it from your own code::
 
-    import sys; sys.path.insert(0, "<repo>/app/agent/_bootstrap"); import vram_steward_agent; vram_steward_agent.start()
+    import sys
+    sys.path.insert(0, "<repo>/app/agent/_bootstrap")
+    import vram_steward_agent
+    vram_steward_agent.start()
 
 or in Jupyter / IPython, after the same ``sys.path`` line::
 

@@ -36,8 +36,8 @@ import weakref
 from typing import Any
 
 from . import figures as _fig
-from . import storage
 from .guard import slot_of
+from .storage import devices
 
 TRAINING_WINDOW_S = 600.0
 
@@ -176,9 +176,6 @@ def on_gpu(module: Any, guard: Any) -> bool:
     """The idle timer applies only to models with weights on a GPU (home device)."""
     rec = guard.offload if guard is not None else None
     if rec is not None:
-        return any(storage.is_cuda(g.device) for g in rec.groups)
-    for t in _fig.tensors(module):
-        if storage.is_cuda(t.device):
-            return True
-    return False
+        return any(devices.is_cuda(g.device) for g in rec.groups)
+    return any(devices.is_cuda(t.device) for t in _fig.tensors(module))
 

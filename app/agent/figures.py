@@ -275,7 +275,7 @@ def find_groups(roots: list, ids: Any) -> dict[str, str]:
         values = list(d.values())
         if isinstance(components, dict) and len(components) <= 1000:
             values += list(components.values())
-        members = []
+        members: list = []
         for v in values:
             if id(v) in root_ids and not any(v is x for x in members):
                 members.append(v)

@@ -1,5 +1,5 @@
-"""Per-model state and the one hook that carries it: "last used" and
-transparent reload.
+"""The one hook that carries a model's state: "last used" and transparent
+reload.
 
 A root model and each of its composite direct parts carry one permanent
 forward pre-hook (``_PreHook``, registered with ``prepend=True`` so it runs
@@ -16,12 +16,7 @@ doubles the cost of every call, and a hook registered with ``always_call``
 makes dynamo recompile for every new instance of a model class.
 
 Whether the model is running is read from the threads' stacks instead
-(``running_threads``): a thread is inside the model while one of its frames
-is ``Module._call_impl`` of the model or of any module below it (a deeper
-submodule called directly included), or a method of one of their classes
-called directly (``generate``, ``vae.decode``).  An unload sets UNLOADING
-first (new calls wait in the hook) and then waits until no thread is inside;
-a forward that passed its hook before that has its frame on the stack already.
+(``running``).  The model's state lives in its ``model_guard.ModelGuard``.
 
 The hook never raises into user code, with one exception: when a reload of a
 model that the user or a policy unloaded fails, the call gets a
@@ -38,321 +33,13 @@ from __future__ import annotations
 
 import collections
 import copy
-import sys
-import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import figures as _fig
-from . import forks
+from .model_guard import RESIDENT, ModelGuard, ReloadFailed
 
-RESIDENT = "resident"
-UNLOADING = "unloading"
-OFFLOADED = "offloaded"
-RELOADING = "reloading"
-
-MAX_STACK_DEPTH = 4000
-IDLE_POLL_S = 0.02
-
-_get_ident = threading.get_ident
 _time = time.time
-
-_ALL_GUARDS: weakref.WeakSet = weakref.WeakSet()
-
-
-class ReloadFailed(Exception):
-    """A transparent reload failed: surfaces to the caller as RuntimeError."""
-
-
-class ModelGuard:
-    """State shared by a model's hooks and the model manager.
-
-    Holds no strong reference to the module (the module holds the hooks, the
-    hooks hold the slot, the slot holds the guard).  ``reloader(guard,
-    reason)`` performs a reload (set by the manager when the model is
-    unloaded) and returns None or an error text; it runs without the lock held.
-    """
-
-    __slots__ = ("lock", "cond", "state", "cell", "module_ref", "model_id", "pinned", "offload",
-                 "reloader", "target", "first_seen", "grad_seen", "grad_call", "waiters",
-                 "draining", "transition", "__weakref__")
-
-    def __init__(self, module: Any, model_id: str | None = None,
-                 first_seen: float | None = None) -> None:
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
-        self.state = RESIDENT
-        self.cell: list = [None]  # last call, epoch seconds
-        try:
-            self.module_ref = weakref.ref(module)
-        except TypeError:
-            self.module_ref = lambda: None
-        self.model_id = model_id
-        self.pinned = False
-        self.offload: Any = None  # the manager's record while offloaded
-        self.reloader: Callable[[ModelGuard, str], str | None] | None = None
-        self.target: str | None = None
-        self.first_seen = _time() if first_seen is None else first_seen  # epoch seconds
-        self.grad_seen: float | None = None  # epoch seconds gradients were last seen
-        self.grad_call: float | None = None  # epoch seconds of the last call building a graph
-        self.waiters: set = set()  # threads waiting in ensure_resident (not running the model)
-        self.draining = False  # UNLOADING and still waiting for calls to leave the model
-        #: while an unload or a reload changes the weights: what undoes it in a
-        #: child forked meanwhile (``undo_in_child()``), else None
-        self.transition: Any = None
-        _ALL_GUARDS.add(self)
-
-    @property
-    def last_used(self) -> float | None:
-        return self.cell[0]
-
-    @property
-    def idle_since(self) -> float:
-        """Epoch seconds the idle clock counts from: the last call, else first sight."""
-        last = self.cell[0]
-        return self.first_seen if last is None else last
-
-    def ensure_resident(self, reason: str, own_call: bool = False,
-                        part: bool = False) -> bool:
-        """Call with ``lock`` held; returns with it held and the model resident,
-        or with the weights still in place for a call the unload waits for.
-
-        Returns True when this call performed the reload.  Only one thread
-        reloads; the others wait.  Raises ReloadFailed when the reload failed.
-
-        While an unload waits for the model's calls to leave (``draining``)
-        the weights have not moved yet, and a call goes on (the unload then
-        waits for it too) when this thread is already running code of the
-        model (``own_call``: the hook of a call, whose own frames do not
-        count), or when it is a call of a part (``part``: a forward may run
-        its parts on worker threads, which must not wait for the very forward
-        they serve).
-        """
-        did = False
-        goes_on = None
-        while self.state is not RESIDENT:
-            if self.state is OFFLOADED:
-                reloader = self.reloader
-                if reloader is None:
-                    raise ReloadFailed("model %s is offloaded and nothing can reload it"
-                                       % (self.model_id,))
-                self.state = RELOADING
-                self.lock.release()
-                try:
-                    error = reloader(self, reason)
-                except Exception as exc:
-                    error = repr(exc)
-                except BaseException:  # KeyboardInterrupt: never leave RELOADING behind
-                    self.lock.acquire()
-                    self._reload_ended("interrupted")
-                    raise
-                self.lock.acquire()
-                self._reload_ended(error)
-                if self.state is not RESIDENT:
-                    raise ReloadFailed("vram-steward: reloading model %s failed (%s); the model "
-                                       "stays offloaded" % (self.model_id, error))
-                did = True
-            else:
-                if self.state is UNLOADING and self.draining:
-                    if goes_on is None:
-                        goes_on = part or self.inside(own_call)
-                    if goes_on:
-                        return did
-                tid = _get_ident()
-                self.waiters.add(tid)
-                try:
-                    self.cond.wait(0.5)
-                finally:
-                    self.waiters.discard(tid)
-        return did
-
-    def make_resident(self, reason: str) -> None:
-        """Bring an offloaded model back from any user call site (no lock held).
-
-        Used where the weights are reached without a forward: attribute access
-        on an offloaded module, compilation, scripting.  A failed reload
-        raises RuntimeError, as a forward would."""
-        if self.state is RESIDENT:
-            return
-        try:
-            with self.lock:
-                self.ensure_resident(reason)
-        except ReloadFailed as exc:
-            raise RuntimeError(str(exc)) from None
-
-    def _reload_ended(self, error: str | None) -> None:
-        """Lock held.  Once the weights are home (``transition.done``) the
-        model is resident, whatever failed or interrupted the bookkeeping
-        after that."""
-        t = self.transition
-        if error is None or (t is not None and getattr(t, "done", False)):
-            self.state = RESIDENT
-            self.offload = None
-            self.target = None
-        else:
-            self.state = OFFLOADED
-        self.transition = None
-        self.cond.notify_all()
-
-    def _scope(self) -> _Scope | None:
-        module = self.module_ref()
-        return None if module is None else _Scope(_fig.subtree(module))
-
-    def running_threads(self) -> list[int]:
-        """Threads (other than this one) running code of the model: a call of
-        it or of any module below it, or a method of their classes
-        (``vae.decode``, ``clip.encode_text``, ``generate``), not counting
-        those waiting in its hook for an unload to end.  Walks every thread's
-        stack: for the unload path and a model the idle timer is about to
-        unload, never per call."""
-        return [tid for tid, _ in self.running()]
-
-    def running(self) -> list[tuple[int, str]]:
-        """(thread id, the function it runs of the model) for each such thread."""
-        scope = self._scope()
-        if scope is None:
-            return []
-        skip = set(self.waiters)
-        skip.add(_get_ident())
-        frames = sys._current_frames()
-        frame = None
-        try:
-            out = []
-            for tid, frame in frames.items():
-                if tid not in skip:
-                    where = scope.runs(frame)
-                    if where is not None:
-                        out.append((tid, where))
-            return out
-        finally:
-            # this thread's own frame is among them: no cycle through it
-            del frames, frame
-
-    def running_text(self) -> str:
-        """Who runs the model, for a refusal: "thread 'MainThread' in generate"."""
-        names = {t.ident: t.name for t in threading.enumerate()}
-        return ", ".join("thread %r in %s" % (names.get(tid, tid), where)
-                         for tid, where in self.running()[:3])
-
-    def inside(self, own_call: bool = False) -> bool:
-        """Is this thread running code of the model?  ``own_call``: called
-        from the hook of a call of it, whose own frames do not count."""
-        scope = self._scope()
-        if scope is None:
-            return False
-        frame = sys._getframe(1)
-        if own_call:
-            while frame is not None and frame.f_code.co_name != "_call_impl":
-                frame = frame.f_back
-            if frame is not None:
-                frame = frame.f_back
-            if frame is not None and frame.f_code.co_name == "_wrapped_call_impl":
-                frame = frame.f_back
-        return scope.runs(frame) is not None
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Lock held, state UNLOADING (new calls wait in the hook, a thread
-        already inside goes on): wait until no thread runs code of the model;
-        False on timeout."""
-        deadline = time.monotonic() + timeout
-        self.draining = True
-        try:
-            while self.running_threads():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(min(left, IDLE_POLL_S))
-            return True
-        finally:
-            self.draining = False
-
-
-#: torch's frames of a Module call (``model(x)``): their ``self`` is the module.
-CALL_FRAMES = frozenset(("_call_impl", "_wrapped_call_impl"))
-
-
-class _Scope:
-    """What "running code of the model" means for one unload: a Module call
-    of a module of its subtree (told exactly, from the ``self`` of torch's
-    call frames), or a method of one of their classes that is not itself
-    the forward of a call (``generate``, ``decode``, ``encode_text``: told
-    from the code object alone, since reading a frame's locals on 3.11 and
-    3.12 pins them until the frame returns; the same method running on
-    another instance of the class counts too, which only delays)."""
-
-    __slots__ = ("ids", "codes")
-
-    def __init__(self, modules: list) -> None:
-        self.ids = {id(m) for m in modules}
-        self.codes = _method_codes({type(m) for m in modules})
-
-    def runs(self, frame: Any) -> str | None:
-        """The function of the model the stack from ``frame`` runs, or None."""
-        depth = 0
-        while frame is not None and depth < MAX_STACK_DEPTH:
-            code = frame.f_code
-            if code.co_name in CALL_FRAMES:
-                try:
-                    this = frame.f_locals.get("self")  # torch's frame: its locals live anyway
-                except Exception:
-                    return code.co_name  # cannot tell: assume it is running
-                if id(this) in self.ids:
-                    return "%s.forward" % type(this).__name__
-            elif code in self.codes:
-                back = frame.f_back
-                if back is not None and back.f_code.co_name == "inner":  # _call_impl's closure
-                    back = back.f_back
-                if back is None or back.f_code.co_name not in CALL_FRAMES:
-                    # not a forward: a method called directly ("Pipe.decode")
-                    return code.co_qualname.rsplit(".<locals>.", 1)[-1]
-            frame = frame.f_back
-            depth += 1
-        return None
-
-
-_CODES_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _method_codes(types: set) -> set:
-    """Code objects of the methods the classes define themselves (torch's
-    own classes excluded: their methods run on every model)."""
-    out: set = set()
-    for cls in types:
-        try:
-            codes = _CODES_CACHE.get(cls)
-        except TypeError:
-            codes = None
-        if codes is None:
-            codes = set()
-            for klass in getattr(cls, "__mro__", ()):
-                mod = getattr(klass, "__module__", "") or ""
-                if klass is object or mod == "torch" or mod.startswith("torch."):
-                    continue
-                for value in list(vars(klass).values()):
-                    _add_codes(value, codes)
-            try:
-                _CODES_CACHE[cls] = codes
-            except TypeError:
-                pass
-        out |= codes
-    return out
-
-
-def _add_codes(value: Any, codes: set) -> None:
-    if isinstance(value, (staticmethod, classmethod)):
-        value = value.__func__
-    elif isinstance(value, property):
-        value = value.fget
-    for _ in range(8):  # decorators (``torch.no_grad()``, functools.wraps) keep __wrapped__
-        code = getattr(value, "__code__", None)
-        if code is not None:
-            codes.add(code)
-        value = getattr(value, "__wrapped__", None)
-        if value is None:
-            break
-
 
 class Slot:
     """What one module's hook reports to; the agent thread re-points it.
@@ -361,8 +48,8 @@ class Slot:
     the time of calls made before the agent assigned a guard (a model built
     and run in one notebook cell), ``traced`` that torch.jit.trace recorded a
     call, ``captured`` that a CUDA graph did (its replays read the weights at
-    their addresses, and call no hook).  ``announce(module)`` tells the agent about a module it has not met
-    (a deep copy), once.
+    their addresses, and call no hook).  ``announce(module)`` tells the agent
+    about a module it has not met (a deep copy), once.
     """
 
     __slots__ = ("guard", "part", "used", "seen", "grad_seen", "traced", "captured",
@@ -549,28 +236,3 @@ def uninstall(module: Any, slot: Slot) -> None:
                 hooks.pop(key, None)
     if type(hooks) is HookDict and not hooks:
         module.__dict__["_forward_pre_hooks"] = collections.OrderedDict()
-
-
-def _reinit_after_fork() -> None:
-    # A lock held by another thread at fork time would stay held forever in
-    # the child: give every guard fresh ones (only the forking thread exists).
-    # A model caught mid-move goes back to where it was before the move began:
-    # the thread moving it does not exist in the child.
-    for g in list(_ALL_GUARDS):
-        g.lock = threading.Lock()
-        g.cond = threading.Condition(g.lock)
-        g.waiters = set()
-        g.draining = False
-        transition, g.transition = g.transition, None
-        if transition is not None:
-            try:
-                g.state = transition.undo_in_child()
-            except BaseException:
-                pass
-        elif g.state is UNLOADING:
-            g.state = RESIDENT  # the unload had not begun to move anything
-        elif g.state is RELOADING:
-            g.state = OFFLOADED  # nor had the reload
-
-
-forks.in_child(_reinit_after_fork)

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import log as _log
 from .errors import ActionError
-from .guard import RESIDENT
+from .model_guard import RESIDENT
 
 
 def ttl_from_env() -> float | None:

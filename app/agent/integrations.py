@@ -27,6 +27,7 @@ from typing import Any
 
 from . import guard as _guard
 from . import log as _log
+from . import model_guard as _mg
 from . import models as _models
 
 _STEP_HOOK: list = []  # the OptimizerSteps whose on_step is registered (once per process)
@@ -79,11 +80,10 @@ def _lift(obj: Any) -> list:
     modules = getattr(obj, "modules", None)
     if not callable(modules):
         return []
-    found = [(m, _guard.hook_of(m)) for m in modules()]
-    found = [(m, hook) for m, hook in found if hook is not None]
+    found = [(m, hook) for m in modules() if (hook := _guard.hook_of(m)) is not None]
     for _, hook in found:
         g = hook.slot.guard
-        if g is not None and g.state is not _guard.RESIDENT:
+        if g is not None and g.state is not _mg.RESIDENT:
             g.make_resident("compile")
     lifted: list = []
     for m, hook in found:
@@ -112,7 +112,7 @@ def _install_jit_guard(torch: Any) -> None:
     if _JIT_DONE:
         return
     _JIT_DONE = True
-    jit = getattr(torch, "jit", None)
+    jit: Any = getattr(torch, "jit", None)
     original = getattr(jit, "script", None)
     if original is None or getattr(original, "_vram_steward_original", None) is not None:
         return
@@ -137,7 +137,7 @@ def _install_jit_guard(torch: Any) -> None:
         functools.update_wrapper(script, original)
         script._vram_steward_original = original  # type: ignore[attr-defined]
         jit.script = script
-        inner = sys.modules.get("torch.jit._script")
+        inner: Any = sys.modules.get("torch.jit._script")
         if inner is not None and getattr(inner, "script", None) is original:
             inner.script = script
     except Exception as exc:  # a read-only torch.jit: keep the hooks, log it
@@ -177,7 +177,7 @@ def _before_compile(*args: Any) -> None:
 def _offloaded_guards() -> list:
     for _ in range(3):
         try:
-            return [g for g in list(_guard._ALL_GUARDS) if g.state is not _guard.RESIDENT]
+            return [g for g in list(_mg._ALL_GUARDS) if g.state is not _mg.RESIDENT]
         except RuntimeError:  # the set changed size while being copied
             continue
     return []

@@ -11,10 +11,12 @@ Unload (``unload {model, to, force, reason}``)
     tensors, meta placeholders, unmovable tensors, no hooks) whatever
     ``force`` says; training evidence unless ``force`` (manual only); pinned
     for automatic reasons ("idle", "pressure"); a call or method of the model
-    (``generate``, ``encode_text``) that does not end within 5 s; parameters swapped by ``torch.func.functional_call``.
+    (``generate``, ``encode_text``) that does not end within 5 s; parameters
+    swapped by ``torch.func.functional_call``.
 
     Default target: "cpu" when a tensor is on CUDA, else "disk" (the only way
-    to free host RAM for a CPU model).  ``storage`` does the copies.  The
+    to free host RAM for a CPU model).  ``moves`` runs the steps,
+    ``storage`` does the copies.  The
     order, against the user's threads: UNLOADING first (new calls wait in
     the hook), running calls leave the model (read from the stacks), the
     modules' weight dicts become ``OffloadedDict`` (from then on a read waits
@@ -27,9 +29,10 @@ Unload (``unload {model, to, force, reason}``)
     every step: the model stays resident and bit-identical.  The old storages
     are dropped after ``RETIRE_S`` (an op another thread began on a weight it
     holds, outside the model, may still be reading them: one that runs longer
-    than that is not covered; calls of the model wait meanwhile); for CUDA ``empty_cache()`` per affected device (selected
-    explicitly) and ``bytes_released`` = reserved before - after (for a disk
-    unload of CPU tensors: the process RSS drop, at most the bytes moved).
+    than that is not covered; calls of the model wait meanwhile); for CUDA
+    ``empty_cache()`` per affected device (selected explicitly) and
+    ``bytes_released`` = reserved before - after (for a disk unload of CPU
+    tensors: the process RSS drop, at most the bytes moved).
 
     Optimizer state (Adam's exp_avg, ...) is NOT moved: it stays where it is.
     Gradients are moved with their parameters and restored on reload.
@@ -45,29 +48,31 @@ torch.jit.script of it)
     under inference_mode, autocast, a default device or a torch.func
     transform.  The offloaded copies are dropped by the tick,
     ``RETIRE_S`` later.
+
+Events: ``model_events``; the grace of replaced storages: ``retirement``.
 """
 
 from __future__ import annotations
 
-import collections
 import sys
 import threading
 import time
 import weakref
 from typing import Any
 
-from . import eligibility, forks, modes, protocol, requests, storage
+from . import eligibility, forks, modes, moves, protocol, requests, retirement
 from . import figures as _fig
-from . import guard as _guard
 from . import log as _log
+from . import model_guard as _guard
 from .errors import ActionError
 from .idle_policy import IdlePolicy
+from .model_events import ModelEvents
+from .retirement import RETIRE_S as RETIRE_S
+from .storage import copies, devices, planning
+from .storage.offloaded_dict import restore_dicts, swap_in_dicts
 
 FORWARD_WAIT_S = 5.0
-EVENTS_KEPT = 64
 GRAD_CHECK_S = 2.0
-#: Storages a move replaced are kept this long before they are dropped.
-RETIRE_S = 0.25
 
 _MANAGERS: weakref.WeakSet = weakref.WeakSet()
 
@@ -76,49 +81,17 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-class _Changed(Exception):
-    """The weights changed under an unload: it is refused, nothing moved."""
-
-
-class _Transition:
-    """A move in progress, as ``guard.transition``: in a child forked meanwhile
-    (the moving thread does not exist there) the model goes back to where the
-    move started from."""
-
-    __slots__ = ("rec", "unloading", "swaps", "done")
-
-    def __init__(self, rec: storage.Offload, unloading: bool) -> None:
-        self.rec = rec
-        self.unloading = unloading
-        self.swaps: list = []  # (tensor, its data before) as the move swaps them
-        self.done = False  # every tensor is where the move takes it
-
-    def undo_in_child(self) -> str:
-        if self.done:  # the weights are where the move took them
-            return _guard.OFFLOADED if self.unloading else _guard.RESIDENT
-        storage.undo(self.swaps)
-        if self.unloading:
-            storage.restore_dicts(self.rec)
-            return _guard.RESIDENT
-        return _guard.OFFLOADED
-
-
 class Manager:
     """Runs unload / reload for the agent; the hooks call ``_reload_work``."""
 
     def __init__(self, tracker: Any, emit: Any = None,
                  steps: eligibility.OptimizerSteps | None = None) -> None:
         self.tracker = tracker
-        self.emit = emit
         self.steps = steps if steps is not None else eligibility.OptimizerSteps()
-        self.events: collections.deque = collections.deque(maxlen=EVENTS_KEPT)
-        self._seq = 0
-        self._ev_lock = threading.Lock()
+        self.log = ModelEvents(emit)
         self._op_lock = threading.RLock()
-        self._last: dict[str, dict] = {}
         self._next_grad_check = 0.0
-        self._retired: list = []  # (monotonic, old tensors, pinned) kept for RETIRE_S
-        self._retired_lock = threading.Lock()
+        self.retired = retirement.Retired()
         self.idle = IdlePolicy(self)
         tracker.on_adopt = self._adopt
         #: an agent thread calls ``tick`` (else retired storages go by a timer)
@@ -142,26 +115,11 @@ class Manager:
     def _event(self, g: Any, module: Any, action: str, state: str, target: str | None,
                moved: int | None, released: int | None, seconds: float | None, reason: str,
                ok: bool, error: str | None) -> dict:
-        name = _fig.friendly_name(module) if module is not None else (g.model_id or "?")
-        with self._ev_lock:
-            self._seq += 1
-            ev = {"seq": self._seq, "time": time.time(), "model": g.model_id, "name": name,
-                  "action": action, "state": state, "target": target, "bytes_moved": moved,
-                  "bytes_released": released, "seconds": seconds, "reason": reason, "ok": ok,
-                  "error": error}
-            self.events.append(ev)
-            self._last[g.model_id or "?"] = ev
-        emit = self.emit
-        if emit is not None:
-            try:
-                emit("model_state", dict(ev))
-            except Exception:
-                pass
-        return dict(ev)
+        return self.log.record(g, module, action, state, target, moved, released, seconds,
+                               reason, ok, error)
 
     def recent_events(self) -> list:
-        with self._ev_lock:
-            return [dict(e) for e in self.events]
+        return self.log.recent()
 
     # -- lookup ------------------------------------------------------------
     def _lookup(self, params: dict) -> tuple[Any, Any, str]:
@@ -243,17 +201,16 @@ class Manager:
 
     def handle_reload(self, params: dict) -> dict:
         module, g, model_id = self._lookup(params)
-        before = self._last.get(model_id)
+        before = self.log.last.get(model_id)
         with g.lock:
             try:
                 did = g.ensure_resident("manual")
             except _guard.ReloadFailed as exc:
                 raise ActionError(protocol.FAILED, str(exc)) from None
-        ev = self._last.get(model_id)
+        ev = self.log.last.get(model_id)
         if did or (ev is not before and ev is not None and ev["action"] == "reload"):
             return dict(ev) if ev is not None else {}
-        with self._ev_lock:
-            seq = self._seq
+        seq = self.log.current_seq()
         return {"seq": seq, "time": time.time(), "model": model_id,
                 "name": _fig.friendly_name(module), "action": "reload",
                 "state": _guard.RESIDENT, "target": None, "bytes_moved": 0,
@@ -284,14 +241,14 @@ class Manager:
                     g.model_id, g.state, " to %s" % g.target if g.target else ""))
             figures = _fig.model_figures(module)  # fresh: this decides
             self._refuse_if_blocked(module, g, figures, force, automatic)
-            rec = storage.Offload(reason)
+            rec = planning.Offload(reason)
             with g.lock:
                 if g.state is not _guard.RESIDENT:
                     raise ActionError(protocol.REFUSED, "model %s is %s" % (g.model_id, g.state))
                 # UNLOADING first: new calls wait (they reload afterwards) while
                 # the ones running finish; refused if they do not within wait_s.
                 g.state = _guard.UNLOADING
-                g.transition = _Transition(rec, unloading=True)
+                g.transition = moves.Transition(rec, unloading=True)
                 try:
                     if not g.wait_idle(wait_s):
                         running = g.running_text()
@@ -312,10 +269,10 @@ class Manager:
                 # brings the model back: planned, copied and swapped, nothing
                 # moves under the user's feet.
                 modules = _fig.subtree(module)
-                storage.swap_in_dicts(modules, g, rec)
-                self._plan(torch, module, modules, rec, to)
+                swap_in_dicts(modules, g, rec)
+                moves.plan(torch, self.tracker, module, modules, rec, to)
             except BaseException:
-                storage.restore_dicts(rec)
+                restore_dicts(rec)
                 self._back_to_resident(g)
                 raise
             return self._offload(torch, module, g, rec)
@@ -332,21 +289,6 @@ class Manager:
         with g.lock:
             self._stays_resident(g)
 
-    def _plan(self, torch: Any, module: Any, modules: list, rec: storage.Offload,
-              to: str | None) -> None:
-        storage.check_not_reparametrized(torch, modules)
-        tensors = _fig.tensors(module, grads=True)
-        self._check_shared(module, tensors)
-        groups = storage.plan(torch, tensors)
-        del tensors
-        if to is None:
-            to = "cpu" if any(storage.is_cuda(gr.device) for gr in groups) else "disk"
-        moving = [gr for gr in groups if to == "disk" or storage.is_cuda(gr.device)]
-        if not moving:
-            raise ActionError(protocol.REFUSED, "nothing to move: the weights are already "
-                              "on the CPU (use to=disk to free host RAM)")
-        rec.planned(to, groups, moving)
-
     def _refuse_if_blocked(self, module: Any, g: Any, figures: dict, force: bool,
                            automatic: bool) -> None:
         blocker = eligibility.unload_blocker(module, g, self.tracker, figures)
@@ -359,52 +301,25 @@ class Manager:
         if automatic and g.pinned:
             raise ActionError(protocol.REFUSED, "pinned: exempt from automatic unloading")
 
-    def _check_shared(self, module: Any, tensors: list) -> None:
-        mine = {id(t) for t in tensors}
-        for other in self.tracker.roots():
-            if other is module:
-                continue
-            for t in _fig.tensors(other):
-                if id(t) in mine:
-                    raise ActionError(protocol.REFUSED, "shares tensors with model %s"
-                                      % (self.tracker.model_id(other) or "?"))
-
-    def _offload(self, torch: Any, module: Any, g: Any, rec: storage.Offload) -> dict:
+    def _offload(self, torch: Any, module: Any, g: Any, rec: planning.Offload) -> dict:
         t0 = time.perf_counter()
         to, reason = rec.target, rec.reason
-        cuda_idx = sorted({storage.device_index(gr.device) for gr in rec.moving
-                           if storage.is_cuda(gr.device)})
-        host_moved = any(not storage.is_cuda(gr.device) for gr in rec.moving)
+        cuda_idx = moves.cuda_indices(rec)
+        host_moved = any(not devices.is_cuda(gr.device) for gr in rec.moving)
         swaps = g.transition.swaps
         try:
             with modes.suspended(torch):
-                reserved_before = {i: storage.reserved(torch, i) for i in cuda_idx}
-                rss_before = storage.rss() if host_moved else None
-                storage.synchronize(torch, cuda_idx)  # pending kernels may still use them
-                if to == "disk":
-                    storage.attach_files(rec, g.model_id or "m", g)
-                storage.copy_out(torch, rec)
-                storage.synchronize(torch, cuda_idx)
-                if to == "disk":
-                    storage.map_files(torch, rec)
-                if not storage.unchanged(rec.groups):
-                    raise _Changed("a tensor of it was replaced while it was being copied "
-                                   "(through a reference held outside the model)")
-                storage.offloaded_views(torch, rec, swaps)
+                reserved_before = {i: devices.reserved(torch, i) for i in cuda_idx}
+                rss_before = devices.rss() if host_moved else None
+                moves.move_out(torch, rec, g, cuda_idx, swaps)
         except BaseException as exc:
-            storage.undo(swaps)
-            storage.restore_dicts(rec)
-            for gr in rec.moving:
-                gr.copy = None
-                gr.mapped = None
-            if rec.finalizer is not None:
-                rec.finalizer()
+            moves.roll_back_out(rec, swaps)
             self._back_to_resident(g)
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("unloading %s failed, rolled back: %s" % (g.model_id, error))
             self._event(g, module, "unload", _guard.RESIDENT, to, 0, 0,
                         time.perf_counter() - t0, reason, False, error)
-            if isinstance(exc, _Changed):
+            if isinstance(exc, moves.Changed):
                 raise ActionError(protocol.REFUSED, "%s; nothing moved" % exc) from None
             if isinstance(exc, Exception):
                 raise ActionError(protocol.FAILED, "unload failed and was rolled back (the model "
@@ -418,10 +333,10 @@ class Manager:
         # The old storages go only after a grace: an op another thread started
         # on a weight it holds (outside any call of the model) may still read
         # them.  Calls keep waiting meanwhile.
-        time.sleep(RETIRE_S)
+        time.sleep(retirement.RETIRE_S)
         swaps.clear()
-        host_bytes = sum(gr.span for gr in rec.moving if not storage.is_cuda(gr.device))
-        released = self._release(torch, cuda_idx, reserved_before, rss_before, host_bytes)
+        released = moves.release(torch, cuda_idx, reserved_before, rss_before,
+                                 moves.host_bytes(rec))
         seconds = time.perf_counter() - t0
         self.tracker.invalidate(module)
         with g.lock:
@@ -435,33 +350,6 @@ class Manager:
                  % (g.model_id, to, rec.bytes_moved, seconds, reason))
         return event
 
-    @staticmethod
-    def _release(torch: Any, cuda_idx: list, reserved_before: dict,
-                 rss_before: int | None, host_bytes: int) -> int | None:
-        """Give the cache back; what really left (None when it cannot be told)."""
-        released = 0
-        known = False
-        for i in cuda_idx:
-            try:
-                with torch.cuda.device(i):
-                    torch.cuda.empty_cache()
-            except Exception as exc:
-                _log.log("empty_cache on cuda:%d failed: %r" % (i, exc))
-            after = storage.reserved(torch, i)
-            before = reserved_before.get(i)
-            if before is not None and after is not None:
-                released += max(0, before - after)
-                known = True
-        if rss_before is not None:
-            storage.malloc_trim()
-            rss_after = storage.rss()
-            if rss_after is not None:
-                # malloc_trim may hand back unrelated free heap too: never
-                # credit this unload with more than the host bytes it moved
-                released += min(max(0, rss_before - rss_after), host_bytes)
-                known = True
-        return released if known else None
-
     # -- reload (any thread: a hook, an offloaded dict, the agent) ------------------
     def _reload_work(self, g: Any, reason: str) -> str | None:
         """Bring the weights back; None on success, else the error (undone)."""
@@ -471,16 +359,13 @@ class Manager:
         t0 = time.perf_counter()
         if torch is None or rec is None:
             return "nothing to reload from"
-        transition = g.transition = _Transition(rec, unloading=False)
+        transition = g.transition = moves.Transition(rec, unloading=False)
         swaps = transition.swaps
         try:
             with modes.suspended(torch):
-                pending, cuda_idx = storage.copy_back(torch, rec)
-                storage.synchronize(torch, cuda_idx)
-                storage.home_views(torch, pending, swaps)
-                del pending
+                moves.move_back(torch, rec, swaps)
         except BaseException as exc:
-            storage.undo(swaps)
+            copies.undo(swaps)
             g.transition = None
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("reloading %s failed: %s" % (g.model_id, error))
@@ -489,20 +374,15 @@ class Manager:
             if not isinstance(exc, Exception):
                 raise
             return error
-        storage.restore_dicts(rec)
+        restore_dicts(rec)
         transition.done = True
         # The offloaded copies go only after a grace (see RETIRE_S).
         # (pinned host copies of GPU weights: torch's host cache gets them
         # back when they are dropped)
-        self._retire([old for _, old in swaps],
-                     rec.target == "cpu" and any(storage.is_cuda(gr.device) for gr in rec.moving))
+        self.retired.keep([old for _, old in swaps], moves.pinned_copies(rec),
+                          timer=not self.ticking)
         swaps.clear()
-        for gr in rec.moving:
-            gr.copy = None
-            gr.mapped = None
-        if rec.paths and sys.platform != "win32":
-            rec.finalizer()  # unlink now: a memory-mapped CPU model keeps the inode alive
-            # elsewhere the finalizer removes the files when the model goes or at exit
+        moves.drop_copies(rec)
         g.offload = None
         g.target = None
         g.cell[0] = time.time()  # brought back for a use: the idle clock restarts
@@ -512,39 +392,17 @@ class Manager:
                     time.perf_counter() - t0, reason, True, None)
         return None
 
-    def _retire(self, storages: list, pinned: bool) -> None:
-        """Keep the tensors a reload replaced for RETIRE_S: the tick drops
-        them, or a timer where no agent ticks (a stopped agent's manager)."""
-        self._drop_retired()
-        with self._retired_lock:
-            self._retired.append((time.monotonic(), storages, pinned))
-        if not self.ticking:
-            timer = threading.Timer(RETIRE_S + 0.01, self._drop_retired)
-            timer.daemon = True
-            timer.start()
-
     def stop_ticking(self) -> None:
         """The agent stops: what is retired goes by a timer, as later ones will."""
         self.ticking = False
-        timer = threading.Timer(RETIRE_S + 0.01, self._drop_retired, (True,))
-        timer.daemon = True
-        timer.start()
+        self.retired.drop_later(True)
+
+    def _drop_retired(self, everything: bool = False) -> None:
+        self.retired.drop(everything)
 
     # -- agent tick -----------------------------------------------------------------
-    def _drop_retired(self, everything: bool = False) -> None:
-        cutoff = float("inf") if everything else time.monotonic() - RETIRE_S
-        with self._retired_lock:
-            old = [r for r in self._retired if r[0] <= cutoff]
-            self._retired = [r for r in self._retired if r[0] > cutoff]
-        if old:
-            pinned = any(r[2] for r in old)
-            del old
-            torch = _torch()
-            if pinned and torch is not None:
-                storage.host_empty_cache(torch)
-
     def tick(self) -> None:
-        self._drop_retired()
+        self.retired.drop()
         now = time.time()
         if now >= self._next_grad_check:
             self._next_grad_check = now + GRAD_CHECK_S
@@ -559,9 +417,9 @@ class Manager:
 def _reinit_after_fork() -> None:
     # Locks another thread held at fork time would stay held in the child.
     for m in list(_MANAGERS):
-        m._ev_lock = threading.Lock()
+        m.log.reinit_after_fork()
         m._op_lock = threading.RLock()
-        m._retired_lock = threading.Lock()
+        m.retired.reinit_after_fork()
 
 
 forks.in_child(_reinit_after_fork)

@@ -31,6 +31,7 @@ from . import figures as _fig
 from . import forks
 from . import guard as _guard
 from . import log as _log
+from . import model_guard as _mg
 from . import placement as _placement
 
 FIGURES_TTL_S = 1.0
@@ -287,7 +288,7 @@ class ModelTracker:
                     if self.on_adopt is not None:
                         self.on_adopt(g)
                 else:
-                    g = _guard.ModelGuard(m, self._ids.get(m), self._first_seen.get(m))
+                    g = _mg.ModelGuard(m, self._ids.get(m), self._first_seen.get(m))
                     if slot is not None:  # called before the agent listed it
                         g.cell[0] = slot.seen
                         g.grad_call = slot.grad_seen
@@ -305,7 +306,7 @@ class ModelTracker:
         for slot in list(self._bound):
             if id(slot) not in bound:
                 g = slot.guard
-                if g is None or g.state is _guard.RESIDENT:
+                if g is None or g.state is _mg.RESIDENT:
                     slot.guard = None  # no longer a model or a part of one: inert
         self._bound = weakref.WeakSet(bound.values())
 
@@ -314,10 +315,10 @@ class ModelTracker:
         call must still bring it back)."""
         for slot in list(self._bound):
             g = slot.guard
-            if g is None or g.state is _guard.RESIDENT:
+            if g is None or g.state is _mg.RESIDENT:
                 slot.guard = None
 
-    def guard(self, module: Any) -> _guard.ModelGuard | None:
+    def guard(self, module: Any) -> _mg.ModelGuard | None:
         return self._guards.get(module)
 
     def find(self, model_id: str) -> Any:
@@ -427,7 +428,7 @@ class ModelTracker:
                 g = self._guards.get(m)
                 info["last_used"] = g.cell[0] if g is not None else None
                 info["first_seen"] = g.first_seen if g is not None else None
-                info["group"] = self._groups.get(model_id)
+                info["group"] = self._groups.get(model_id) if model_id is not None else None
                 if annotate is not None:
                     annotate(m, info, figures)
                 out.append(info)

@@ -24,9 +24,9 @@ from typing import Any
 def suspended(torch: Any) -> Iterator[None]:
     """The caller's grad / inference / autocast modes, transforms, torch
     function and dispatch modes and jit tracing, all off; restored on exit."""
-    C = getattr(torch, "_C", None)
-    get_state = getattr(C, "_get_tracing_state", None)
-    set_state = getattr(C, "_set_tracing_state", None)
+    torch_c = getattr(torch, "_C", None)
+    get_state = getattr(torch_c, "_get_tracing_state", None)
+    set_state = getattr(torch_c, "_set_tracing_state", None)
     trace_state = None
     if callable(get_state) and callable(set_state):
         trace_state = get_state()
@@ -46,21 +46,21 @@ def suspended(torch: Any) -> Iterator[None]:
 
 
 def _contexts(torch: Any) -> list:
-    C = getattr(torch, "_C", None)
+    torch_c = getattr(torch, "_C", None)
     out: list = []
-    disable_functorch = getattr(C, "_DisableFuncTorch", None)
+    disable_functorch = getattr(torch_c, "_DisableFuncTorch", None)
     if disable_functorch is not None:
         out.append(disable_functorch)
     dispatch = getattr(getattr(getattr(torch, "utils", None), "_python_dispatch", None),
                        "_disable_current_modes", None)
     if dispatch is not None:
         out.append(dispatch)
-    disable_tf = getattr(C, "DisableTorchFunction", None)
+    disable_tf = getattr(torch_c, "DisableTorchFunction", None)
     if disable_tf is not None:
         out.append(disable_tf)
     out.append(lambda: torch.inference_mode(False))
     out.append(torch.no_grad)
-    set_autocast = getattr(C, "_set_autocast_enabled", None)
+    set_autocast = getattr(torch_c, "_set_autocast_enabled", None)
     if callable(set_autocast):
         out.append(lambda: _autocast_off(torch))
     return out

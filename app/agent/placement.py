@@ -40,6 +40,7 @@ from typing import Any
 
 from . import guard as _guard
 from . import log as _log
+from . import model_guard as _mg
 from .figures import children as _children
 from .figures import has_params as _has_params
 from .figures import own_params as _own_params
@@ -204,7 +205,7 @@ class Placement:
             return
         self.marks.setdefault(child, kind)
         g = self.guard_of(child)
-        if g is not None and g.state is not _guard.RESIDENT:
+        if g is not None and g.state is not _mg.RESIDENT:
             g.make_resident("compile")  # compiled code must see the weights at home
 
 

@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import eligibility, integrations, introspect, models, paths, protocol, registry, torch_hooks
@@ -78,7 +79,7 @@ class Agent:
         address = paths.socket_path(runtime, self.pid) if transport == "unix" else None
         server_opts = Options(**{k: opts[k] for k in _SERVER_OPTIONS if k in opts})
         hello = {"protocol": protocol.PROTOCOL_VERSION, "agent": AGENT_VERSION, "pid": self.pid}
-        handlers = {
+        handlers: dict[str, tuple[Callable[[dict], dict], bool]] = {
             "report": (self._report, False),
             "free_cache": (self._free_cache, True),
             "gc": (self._gc, True),

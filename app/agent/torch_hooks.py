@@ -41,7 +41,7 @@ class _Finder:
                 spec = find(fullname, path, target)
                 if spec is not None:
                     break
-            loader = getattr(spec, "loader", None) if spec is not None else None
+            loader: Any = getattr(spec, "loader", None) if spec is not None else None
             original = getattr(loader, "exec_module", None)
             if original is None:
                 return spec

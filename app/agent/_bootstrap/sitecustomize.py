@@ -6,7 +6,7 @@
 """
 
 
-def _chain():
+def _chain() -> None:
     import os
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
@@ -16,7 +16,8 @@ def _chain():
     sys.modules.pop("sitecustomize", None)
     try:
         try:
-            import sitecustomize  # noqa: F401  (the user's own, if any)
+            # the user's own, if any: found on sys.path at run time only
+            import sitecustomize  # type: ignore[import-not-found]  # noqa: F401
         except ImportError as exc:
             if exc.name != "sitecustomize":
                 raise
@@ -34,11 +35,12 @@ def _chain():
         sys.path[0:0] = removed
 
 
-def _start():
+def _start() -> None:
     import os
     if os.environ.get("VRAM_STEWARD_AGENT") != "1":
         return
-    import vram_steward_agent
+    # this file's neighbour, on sys.path at run time (not a package mypy sees)
+    import vram_steward_agent  # type: ignore[import-not-found]
     vram_steward_agent.start()
 
 

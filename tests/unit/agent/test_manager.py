@@ -1,7 +1,7 @@
 """The model manager (unload / reload / policies), in this process, CPU torch.
 
 CUDA is faked where a test needs the "cpu" target or the GPU-only TTL:
-``manager.is_cuda`` is monkeypatched to call CPU tensors CUDA ones and the
+``storage.devices.is_cuda`` is monkeypatched to call CPU tensors CUDA ones and the
 ``torch.cuda`` calls the manager makes (synchronize, device, empty_cache,
 memory_stats) are recorded fakes.
 """
@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from app.agent import eligibility, guard, models, protocol, storage
+from app.agent import eligibility, guard, models, protocol, retirement, storage
 from app.agent import manager as mgr_mod
 from app.agent.errors import ActionError, BadParams
 
@@ -108,7 +108,7 @@ class FakeCuda:
             fake.calls.append(("empty_cache", getattr(local, "dev", None)))
             fake.reserved = 10 << 20
 
-        monkeypatch.setattr(storage, "is_cuda", lambda d: getattr(d, "type", None) == "cpu")
+        monkeypatch.setattr(storage.devices, "is_cuda", lambda d: getattr(d, "type", None) == "cpu")
         monkeypatch.setattr(torch.cuda, "synchronize",
                             lambda i=None: fake.calls.append(("synchronize", i)))
         monkeypatch.setattr(torch.cuda, "device", device)
@@ -124,7 +124,7 @@ class FakeCuda:
 
         monkeypatch.setattr(torch, "empty", empty)
         host = []
-        monkeypatch.setattr(storage, "host_empty_cache", lambda t: host.append(1))
+        monkeypatch.setattr(storage.devices, "host_empty_cache", lambda t: host.append(1))
         self.host_empty = host
 
     def names(self):
@@ -474,7 +474,7 @@ def test_failure_in_copy_phase_rolls_back(env, monkeypatch, _cache_dir, target, 
     x = torch.randn(2, 16)
     ref = model(x)
     saved, ptrs = state_copy(model), data_ptrs(model)
-    real, calls = storage.copy_bytes, []
+    real, calls = storage.devices.copy_bytes, []
 
     def failing(dst, src, nb):
         calls.append(1)
@@ -483,7 +483,7 @@ def test_failure_in_copy_phase_rolls_back(env, monkeypatch, _cache_dir, target, 
         real(dst, src, nb)
 
     before = hook_ids(model)
-    monkeypatch.setattr(storage, "copy_bytes", failing)
+    monkeypatch.setattr(storage.devices, "copy_bytes", failing)
     with pytest.raises(ActionError) as err:
         env.manager.handle_unload({"model": mid, "to": target})
     assert err.value.code == protocol.FAILED and "injected" in str(err.value)
@@ -505,7 +505,7 @@ def test_failure_in_swap_phase_rolls_back(env, monkeypatch):
     x = torch.randn(2, 16)
     ref = model(x)
     ptrs = data_ptrs(model)
-    real, n = storage.view_on, []
+    real, n = storage.copies.view_on, []
 
     def failing(*args):
         n.append(1)
@@ -513,7 +513,7 @@ def test_failure_in_swap_phase_rolls_back(env, monkeypatch):
             raise MemoryError("injected swap failure")
         return real(*args)
 
-    monkeypatch.setattr(storage, "view_on", failing)
+    monkeypatch.setattr(storage.copies, "view_on", failing)
     with pytest.raises(ActionError, match="injected swap failure"):
         env.manager.handle_unload({"model": mid, "to": "disk"})
     assert data_ptrs(model) == ptrs and torch.equal(model(x), ref)
@@ -527,15 +527,15 @@ def test_failed_reload_raises_clear_runtime_error_and_stays_offloaded(env, monke
     x = torch.randn(2, 16)
     ref = model(x)
     env.manager.handle_unload({"model": mid, "to": "cpu"})
-    real = storage.copy_bytes
-    monkeypatch.setattr(storage, "copy_bytes",
+    real = storage.devices.copy_bytes
+    monkeypatch.setattr(storage.devices, "copy_bytes",
                         lambda d, s, nb: (_ for _ in ()).throw(RuntimeError("CUDA OOM (fake)")))
     with pytest.raises(RuntimeError, match="reloading model .* failed .*CUDA OOM"):
         model(x)
     assert env.tracker.guard(model).state == "offloaded"
     with pytest.raises(RuntimeError, match="reloading model .* failed .*CUDA OOM"):
         model.state_dict()  # a read of the weights fails the same clear way
-    monkeypatch.setattr(storage, "copy_bytes", real)
+    monkeypatch.setattr(storage.devices, "copy_bytes", real)
     assert torch.equal(model(x), ref)
 
 
@@ -698,13 +698,13 @@ def test_concurrent_callers_wait_for_one_reload(env, fake_cuda, monkeypatch):
     x = torch.randn(2, 16)
     ref = model(x)
     env.manager.handle_unload({"model": mid, "to": "cpu"})
-    real = storage.copy_bytes
+    real = storage.devices.copy_bytes
 
     def slow(dst, src, nb):
         time.sleep(0.02)
         real(dst, src, nb)
 
-    monkeypatch.setattr(storage, "copy_bytes", slow)
+    monkeypatch.setattr(storage.devices, "copy_bytes", slow)
     barrier = threading.Barrier(8)
     results, errors = [], []
 
@@ -728,7 +728,7 @@ def test_concurrent_callers_wait_for_one_reload(env, fake_cuda, monkeypatch):
 def test_1000_unload_reload_cycles_racing_two_forward_threads(env, fake_cuda, monkeypatch):
     # The retire grace guards weights read outside any call of the model;
     # these threads only call it, and 1000 graces would take 250 s.
-    monkeypatch.setattr(mgr_mod, "RETIRE_S", 0.002)
+    monkeypatch.setattr(retirement, "RETIRE_S", 0.002)
     # Spinning forward threads hold the GIL for whole switch intervals (5 ms):
     # a shorter interval lets the unloading thread run more often.
     old_interval = sys.getswitchinterval()

@@ -142,7 +142,7 @@ def test_dtype_and_device_mixed(agent):
             self.a.requires_grad_(False)
             self.b.requires_grad_(False)
 
-    mixed = Mixed()
+    _mixed = Mixed()  # kept alive: the report lists live models only
     [m] = by_class(report(agent), "Mixed")
     assert m["dtype"] == "mixed" and m["requires_grad"] is False
     # Meta tensors are placeholders for weights held elsewhere: never a device.
@@ -338,7 +338,7 @@ def test_memory_shared_through_data_is_counted_once(live):
             self.out = nn.Linear(4, 10, bias=False)
             self.out.weight = nn.Parameter(self.emb.weight.data)  # same memory, two objects
 
-    model = Tied()
+    _model = Tied()  # kept alive: the report lists live models only
     [info] = entries(live, "Tied")
     assert info["param_bytes"] == 10 * 4 * 4 and info["params"] == 40
 

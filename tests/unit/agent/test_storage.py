@@ -64,7 +64,7 @@ def test_a_conversion_on_another_thread_during_the_copy_waits_and_is_kept(env, m
     x = torch.randn(2, 8)
     with torch.no_grad():
         ref = model(x)
-    real, started = storage.copy_bytes, threading.Event()
+    real, started = storage.devices.copy_bytes, threading.Event()
     converted: list = []
 
     def copy_then_race(dst, src, nb):
@@ -77,9 +77,9 @@ def test_a_conversion_on_another_thread_during_the_copy_waits_and_is_kept(env, m
             converted.append(t)
         real(dst, src, nb)
 
-    monkeypatch.setattr(storage, "copy_bytes", copy_then_race)
+    monkeypatch.setattr(storage.devices, "copy_bytes", copy_then_race)
     assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
-    monkeypatch.setattr(storage, "copy_bytes", real)
+    monkeypatch.setattr(storage.devices, "copy_bytes", real)
     converted[0].join(10)
     assert all(p.dtype == torch.float64 for p in model.parameters())
     with torch.no_grad():
@@ -93,13 +93,13 @@ def test_a_tensor_replaced_through_a_held_reference_during_the_copy_refuses(env,
     [mid] = attach(tracker, model)
     weight = model[0].weight  # held outside the model
     replacement = torch.full_like(weight, 3.0)
-    real = storage.copy_bytes
+    real = storage.devices.copy_bytes
 
     def copy_then_replace(dst, src, nb):
         weight.data = replacement
         real(dst, src, nb)
 
-    monkeypatch.setattr(storage, "copy_bytes", copy_then_replace)
+    monkeypatch.setattr(storage.devices, "copy_bytes", copy_then_replace)
     with pytest.raises(ActionError, match="replaced while it was being copied") as err:
         mgr.handle_unload({"model": mid, "to": "disk"})
     assert err.value.code == "refused"
@@ -173,14 +173,14 @@ def test_a_fork_during_an_unload_leaves_the_child_a_working_model(env, monkeypat
     with torch.no_grad():
         ref = model(x)
     in_copy, forked = threading.Event(), threading.Event()
-    real = storage.copy_bytes
+    real = storage.devices.copy_bytes
 
     def slow_copy(dst, src, nb):
         in_copy.set()
         forked.wait(10)
         real(dst, src, nb)
 
-    monkeypatch.setattr(storage, "copy_bytes", slow_copy)
+    monkeypatch.setattr(storage.devices, "copy_bytes", slow_copy)
     t = threading.Thread(target=lambda: mgr.handle_unload({"model": mid, "to": "disk"}))
     t.start()
     in_copy.wait(10)

@@ -189,10 +189,10 @@ def test_unload_keeps_the_old_storages_for_the_grace_then_the_tick_drops_reloads
     old = model[0].weight.untyped_storage()
     mgr.handle_unload({"model": mid, "to": "disk"})
     mgr.handle_reload({"model": mid})
-    assert len(mgr._retired) == 1  # the offloaded copies, for a thread still reading them
+    assert len(mgr.retired.pending) == 1  # the offloaded copies, for a thread still reading them
     time.sleep(mgr_mod.RETIRE_S + 0.01)
     mgr.tick()
-    assert mgr._retired == []
+    assert mgr.retired.pending == []
     assert old.data_ptr() != model[0].weight.untyped_storage().data_ptr()
 
 
@@ -258,19 +258,19 @@ def test_a_fork_while_a_reload_copies_leaves_the_child_a_model_that_reloads(env,
         ref = model(x)
     mgr.handle_unload({"model": mid, "to": "disk"})
     in_copy, forked = threading.Event(), threading.Event()
-    real = storage.copy_back
+    real = storage.copies.copy_back
 
     def slow_copy_back(*args, **kwargs):
         in_copy.set()
         forked.wait(10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(storage, "copy_back", slow_copy_back)
+    monkeypatch.setattr(storage.copies, "copy_back", slow_copy_back)
     r = threading.Thread(target=lambda: mgr.handle_reload({"model": mid}))
     r.start()
     assert in_copy.wait(10)
     assert tracker.guard(model).state == "reloading"
-    monkeypatch.setattr(storage, "copy_back", real)  # the child's own reload copies at once
+    monkeypatch.setattr(storage.copies, "copy_back", real)  # the child's own reload copies at once
     code = fork_and_check(model, x, ref)
     forked.set()
     r.join(10)
@@ -386,14 +386,14 @@ def test_a_shape_change_through_data_during_the_copy_refuses(env, monkeypatch):
     model = mlp()
     [mid] = attach(tracker, model)
     weight = model[0].weight
-    real = storage.copy_bytes
+    real = storage.devices.copy_bytes
 
     def copy_then_reshape(dst, src, nb):
         if weight.shape == (16, 8):
             weight.data = weight.data.view(8, 16)
         real(dst, src, nb)
 
-    monkeypatch.setattr(storage, "copy_bytes", copy_then_reshape)
+    monkeypatch.setattr(storage.devices, "copy_bytes", copy_then_reshape)
     with pytest.raises(ActionError, match="replaced while it was being copied"):
         mgr.handle_unload({"model": mid, "to": "disk"})
     assert tracker.guard(model).state == "resident"
@@ -499,14 +499,14 @@ def test_replaced_storages_go_without_a_tick_and_never_keep_the_model(env):
     [mid] = attach(tracker, model)
     mgr.handle_unload({"model": mid, "to": "disk"})
     mgr.handle_reload({"model": mid})
-    assert len(mgr._retired) == 1
+    assert len(mgr.retired.pending) == 1
     weight = weakref.ref(model[0].weight)
     del model
     assert weight() is None  # the retired list holds old data, not the parameters
     deadline = time.monotonic() + 5
-    while mgr._retired and time.monotonic() < deadline:
+    while mgr.retired.pending and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert mgr._retired == []
+    assert mgr.retired.pending == []
 
 
 def test_a_part_kept_after_its_offloaded_model_is_gone_still_comes_back(env):
