@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app import cli
+from app.cli import status as cli_status
 from app.core.monitor.nvml_source import NvmlSource
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, GiB, MiB
 
@@ -40,7 +41,7 @@ def fake_nvml(monkeypatch):
             return DemoSource(seed=seed)
         return NvmlSource(nvml=fake)
 
-    monkeypatch.setattr(cli, "_make_source", make_source)
+    monkeypatch.setattr(cli_status, "_make_source", make_source)
     return fake
 
 
@@ -100,12 +101,12 @@ def test_status_table_shows_na_for_unknown(capsys, fake_nvml):
     rc, out, _ = run_cli(capsys, "status", "--interval", "0")
     assert rc == 0
     assert "NVIDIA RTX A6000" in out
-    line = next(l for l in out.splitlines() if "4000001" in l)
+    line = next(row for row in out.splitlines() if "4000001" in row)
     assert "n/a" in line and "pid not visible here" in line
 
 
 def test_status_without_driver_exits_2_with_one_line_reason(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_make_source", lambda demo, seed=7: NvmlSource(nvml=FakeNvml.no_library()))
+    monkeypatch.setattr(cli_status, "_make_source", lambda demo, seed=7: NvmlSource(nvml=FakeNvml.no_library()))
     rc, out, err = run_cli(capsys, "status", "--json")
     assert rc == cli.EXIT_NO_SOURCE == 2
     assert out == ""

@@ -1,0 +1,37 @@
+"""What every command shares: exit statuses, JSON output, concurrent calls.
+
+Standard library only: ``run`` and ``agent-path`` import this and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_NO_SOURCE = 2
+EXIT_NO_AGENT = 2
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def print_json(data: Any) -> None:
+    """``data`` on stdout as indented JSON, newline-terminated."""
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def gather(func: Callable[[T], R], items: Sequence[T], workers: int = 16) -> list[R]:
+    """``func`` over ``items`` concurrently (each call bounded by its own timeout)."""
+    if len(items) <= 1:
+        return [func(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(func, items))

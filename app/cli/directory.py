@@ -1,0 +1,102 @@
+"""The agent directory a command talks through: the one the GUI uses.
+
+``--demo`` gets ``DemoAgents``; real agents get the GUI's ``AgentHub`` used
+one-shot: never started (no polling threads), so ``entries()`` reads the
+registry and every action opens a connection of its own under the command's
+timeout.  Reports are the one thing a one-shot hub does not hold (the GUI's
+hub keeps the latest polled ones): ``read_reports`` asks the agents for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+from app.cli.common import gather
+from app.core.agents.directory import AgentDirectory
+from app.core.agents.types import AgentEntry, AgentReport
+
+#: Seconds of the demo replayed before a model command (see ``demo_model_agents``).
+DEMO_REPLAY_S = 40.0
+
+
+def open_directory(args: argparse.Namespace, replay_s: float | None = None) -> AgentDirectory:
+    """DemoAgents for ``--demo`` (after ``replay_s`` seconds of the pressure policy
+    when given), else a one-shot AgentHub on the user's registry."""
+    if getattr(args, "demo", False):
+        seed = getattr(args, "seed", 7)
+        return demo_agents(seed) if replay_s is None else demo_model_agents(seed, replay_s)
+    from app.core.agents.hub import AgentHub
+
+    return AgentHub()
+
+
+def find_entry(directory: AgentDirectory, pid: int) -> AgentEntry | None:
+    """The directory's entry for process ``pid``, None when it has no agent."""
+    return next((e for e in directory.entries() if e.pid == pid), None)
+
+
+@dataclass(frozen=True)
+class AgentAnswer:
+    """One agent's report, or why there is none (``entry`` None: a simulated agent)."""
+
+    entry: AgentEntry | None
+    report: AgentReport | None
+    error: str | None = None
+
+
+def read_reports(directory: AgentDirectory, timeout_s: float) -> list[AgentAnswer]:
+    """Every agent's current report, by pid.  A simulated directory's are at
+    hand; a one-shot hub asks each registered agent now, all at once, each
+    under ``timeout_s``."""
+    from app.core.agents.hub import AgentHub
+
+    if not isinstance(directory, AgentHub):
+        return [AgentAnswer(None, r) for _, r in sorted(directory.reports().items())]
+    from app.core.agents import client
+
+    def one(entry: AgentEntry) -> AgentAnswer:
+        try:
+            return AgentAnswer(entry, client.query_report(entry, timeout_s))
+        except (client.AgentUnavailable, client.AgentError) as exc:
+            return AgentAnswer(entry, None, str(exc))
+
+    return gather(one, directory.entries())
+
+
+def demo_agents(seed: int) -> AgentDirectory:
+    """The demo's agents 30 s into its run: a grown training cache, eval.py running."""
+    from app.core.agents.demo import DemoAgents
+    from app.core.monitor.demo_source import DemoSource
+
+    source = DemoSource(seed=seed)
+    source.open(elapsed=30.0)
+    agents = DemoAgents(source)
+    source.read()
+    return agents
+
+
+def demo_model_agents(seed: int, replay_s: float = DEMO_REPLAY_S) -> AgentDirectory:
+    """The demo's agents after its first ``replay_s`` seconds, replayed at 4 Hz
+    through the collector and the pressure policy exactly as the GUI runs them:
+    at ~33 s GPU 0 crosses 90 % and the policy unloads the notebook's idle
+    text encoder and UNet.  The demo then goes on in real time."""
+    from app.core.agents.demo import DemoAgents
+    from app.core.monitor.collector import Collector
+    from app.core.monitor.demo_source import DemoSource
+    from app.core.policies.pressure import PolicyRunner
+
+    shift = [0.0]
+    source = DemoSource(seed=seed, clock=lambda: time.monotonic() + shift[0])
+    source.open()
+    agents = DemoAgents(source)
+    runner = PolicyRunner(agents, synchronous=True, clock=source.clock)
+    collector = Collector(source, agents=agents, pressure_policy=runner)
+    collector.open()
+    for _ in range(int(replay_s * 4)):
+        collector.collect()
+        shift[0] += 0.25
+    runner.close()
+    source.read()
+    return agents

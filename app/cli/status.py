@@ -1,0 +1,67 @@
+"""``status``: one sample as a table or JSON.
+
+Works over SSH on a server without Qt: nothing here imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from app import APP_NAME
+from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, print_json
+
+if TYPE_CHECKING:
+    from app.core.monitor.source import GpuSource
+
+
+def _make_source(demo: bool, seed: int = 7) -> GpuSource:
+    if demo:
+        from app.core.monitor.demo_source import DemoSource
+
+        return DemoSource(seed=seed)
+    from app.core.monitor.nvml_source import NvmlSource
+
+    return NvmlSource()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from app.core.monitor.collector import Collector
+    from app.core.monitor.report import snapshot_to_json, snapshot_to_table
+    from app.core.monitor.source import SourceUnavailable
+
+    collector = Collector(_make_source(args.demo, args.seed))
+    try:
+        collector.open()
+    except SourceUnavailable as exc:
+        print(f"{APP_NAME}: {exc.reason}", file=sys.stderr)
+        return EXIT_NO_SOURCE
+    try:
+        snapshot = collector.collect()
+        if args.interval > 0:
+            # CPU % and SM % are rates: a second reading makes them real
+            # instead of "n/a" (the first psutil reading has nothing to compare with).
+            time.sleep(args.interval)
+            snapshot = collector.collect()
+    finally:
+        collector.close()
+    if args.json:
+        print_json(snapshot_to_json(snapshot))
+    else:
+        print(snapshot_to_table(snapshot))
+    if snapshot.error and not snapshot.gpus:
+        if not args.json:
+            print(f"{APP_NAME}: {snapshot.error}", file=sys.stderr)
+        return EXIT_NO_SOURCE
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    status = sub.add_parser("status", parents=[common], help="one sample as a table or JSON")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--interval", type=float, default=0.2, metavar="SECONDS",
+                        help="second reading after this long, for CPU %% and SM %% "
+                             "(default 0.2; 0 = single reading)")
+    status.set_defaults(func=cmd_status)
