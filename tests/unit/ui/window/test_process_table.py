@@ -10,7 +10,7 @@ from PySide6.QtGui import QGuiApplication
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample, Snapshot
 from app.ui.style import palette as pal
 from app.ui.style.format import GiB, MiB
-from app.ui.window.process_table import (
+from app.ui.window.process_rows import (
     AGENT_ROLE,
     COL_COMMAND,
     COL_CONTAINER,
@@ -27,8 +27,8 @@ from app.ui.window.process_table import (
     KEY_ROLE,
     UNATTRIBUTED_KEY,
     UNATTRIBUTED_TEXT,
-    ProcessTable,
 )
+from app.ui.window.process_table import ProcessTable
 
 NOW = 1_700_000_000.0
 
@@ -383,7 +383,7 @@ def test_unattributed_row_updates_in_place_under_a_stable_key(table):
     table.update_snapshot(snap(gpu_used([a, b], used=3 * GiB + 300 * MiB),
                                gpu_used([proc(3, GiB)], used=GiB + 5 * MiB, index=1)))
     key = ("0", UNATTRIBUTED_KEY, None)
-    assert key in model.keys() and ("1", UNATTRIBUTED_KEY, None) in model.keys()
+    assert key in model.keys() and ("1", UNATTRIBUTED_KEY, None) in model.keys()  # noqa: SIM118
     events = []
     model.rowsRemoved.connect(lambda *args: events.append("removed"))
     model.rowsInserted.connect(lambda *args: events.append("inserted"))

@@ -1,0 +1,326 @@
+"""The process table's columns and rows: what each cell shows, sorts by and explains.
+
+A :class:`ProcessRow` is one (GPU, process) of the latest snapshot; an
+:class:`UnattributedRow` is a GPU's used memory no listed process holds
+(:mod:`app.ui.gpu.unattributed`), keyed ``(display_id, UNATTRIBUTED_KEY, None)``:
+a string where a pid would be, so it never equals a process's key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
+
+from app.core.agents.types import AgentReport, DeviceMemory
+from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample
+from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, unknown_reason
+from app.ui.style import palette as pal
+from app.ui.style.format import NA, fmt_bytes, fmt_duration, fmt_percent
+
+# (gpu display_id, pid, create_time); (display_id, UNATTRIBUTED_KEY, None) for the
+# unattributed row.
+RowKey = tuple[str, int | str, float | None]
+
+COLUMNS = ("GPU", "PID", "User", "Container", "Command", "PyTorch", "VRAM", "Cache", "% of GPU",
+           "SM %", "CPU %", "RSS", "Uptime")
+(COL_GPU, COL_PID, COL_USER, COL_CONTAINER, COL_COMMAND, COL_AGENT, COL_VRAM, COL_CACHE, COL_PCT,
+ COL_SM, COL_CPU, COL_RSS, COL_UPTIME) = range(len(COLUMNS))
+NUMERIC = {COL_PID, COL_VRAM, COL_CACHE, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
+KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # (display_id, (pid, create_time))
+AGENT_ROLE = Qt.ItemDataRole.UserRole + 3  # the process's AgentReport, or None
+
+COLUMN_TIPS = {
+    COL_VRAM: "GPU memory used by this process on this GPU",
+    COL_PCT: "This process's share of the GPU's total memory",
+    COL_SM: "Share of the GPU's streaming multiprocessors (recent average)",
+    COL_CPU: "CPU use in percent of one core",
+    COL_RSS: "Host (CPU) resident memory",
+    COL_AGENT: "PyTorch version reported by the VRAM Steward agent in the process\n"
+               "(blank: no agent in this process)",
+    COL_CACHE: "PyTorch's cached, unused GPU memory (reserved − allocated) on this GPU:\n"
+               "what Free cache can return. n/a without an agent.",
+    COL_CONTAINER: "The container the process runs in: runtime and name (or short id)\n"
+                   "(blank: not in a container)",
+}
+
+UNATTRIBUTED_TEXT = "Unattributed (held by no listed process)"
+COMMAND_ROOM = 200  # px the command column keeps before the container column narrows
+COMMAND_MIN = 160  # px the command column keeps however narrow the table (it scrolls)
+
+_NO_AGENT = "No VRAM Steward agent in this process: PyTorch figures unknown"
+
+
+def container_tooltip(c: Container) -> str:
+    """Everything known about a process's container, one fact a line."""
+    lines = [f"Runtime: {c.runtime}", f"ID: {c.id}"]
+    if c.name:
+        lines.append(f"Name: {c.name}")
+    if c.pod:
+        lines.append(f"Kubernetes pod: {c.pod}")
+    return "\n".join(lines)
+
+
+def agent_icon():
+    """A small PyTorch-orange dot marking rows with an agent (made once)."""
+    global _ICON
+    if _ICON is None:
+        from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+
+        pm = QPixmap(16, 16)
+        pm.fill(Qt.GlobalColor.transparent)
+        p = QPainter(pm)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(QColor(pal.AGENT_COLOR))
+        p.drawEllipse(3, 3, 10, 10)
+        p.end()
+        _ICON = QIcon(pm)
+    return _ICON
+
+
+_ICON = None
+
+
+@dataclass(slots=True)
+class ProcessRow:
+    display_id: str
+    gpu_order: tuple[int, int]  # (index, mig index or -1): numeric GPU sort
+    proc: ProcessSample
+    memory_total: int | None
+    uptime: float | None
+    gpu_note: str | None
+    agent: AgentReport | None = None
+    device: DeviceMemory | None = None  # the agent's allocator figures for this GPU
+
+    def signature(self) -> tuple:
+        # As shown ("4m 05s", "3h 02m"): an hours-old process repaints once a minute, not
+        # every second.
+        up = fmt_duration(self.uptime)
+        a = self.agent
+        agent = None if a is None else (a.torch, a.torch_status, a.python, a.allocator_backend,
+                                        a.cuda_initialized, len(a.models), self.device)
+        return (self.proc, self.memory_total, up, self.gpu_note, agent)
+
+    @property
+    def key(self) -> RowKey:
+        return (self.display_id, self.proc.pid, self.proc.create_time)
+
+    @property
+    def item_key(self) -> tuple[str, Hashable]:
+        """What KEY_ROLE returns: (display_id, process key)."""
+        return (self.display_id, self.proc.key)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Tie-break when sorting: processes by pid."""
+        return (0, self.proc.pid)
+
+    def raw(self, col: int):
+        p = self.proc
+        if col == COL_GPU:
+            return self.gpu_order
+        if col == COL_PID:
+            return p.pid
+        if col == COL_USER:
+            return p.user.lower() if p.user else None
+        if col == COL_CONTAINER:
+            return p.container.label.lower() if p.container else None
+        if col == COL_COMMAND:
+            text = p.command or p.name
+            return text.lower() if text else None
+        if col == COL_VRAM:
+            return p.gpu_memory
+        if col == COL_AGENT:
+            a = self.agent
+            return None if a is None else (a.torch or a.torch_status).lower()
+        if col == COL_CACHE:
+            return None if self.device is None else self.device.cache
+        if col == COL_PCT:
+            if p.gpu_memory is None or not self.memory_total:
+                return None
+            return 100.0 * p.gpu_memory / self.memory_total
+        if col == COL_SM:
+            return p.sm_util
+        if col == COL_CPU:
+            return p.cpu_percent
+        if col == COL_RSS:
+            return p.host_rss
+        if col == COL_UPTIME:
+            return self.uptime
+        return None
+
+    def reason(self) -> str:
+        """Why a cell of this row may be unknown (for tooltips)."""
+        return self.proc.host_status.label
+
+    def text(self, col: int) -> str:
+        p = self.proc
+        status = p.host_status
+        if col == COL_GPU:
+            return self.display_id
+        if col == COL_PID:
+            return str(p.pid)
+        if col == COL_USER:
+            if p.user:
+                return p.user
+            return "access denied" if status == HostStatus.ACCESS_DENIED else NA
+        if col == COL_CONTAINER:
+            return p.container.label if p.container else ""
+        if col == COL_COMMAND:
+            base = p.command or p.name
+            if status == HostStatus.NOT_VISIBLE:
+                return base or status.label
+            if status == HostStatus.EXITED:
+                return f"{base} (exited)" if base else status.label
+            return base or NA
+        if col == COL_AGENT:
+            a = self.agent
+            if a is None:
+                return ""
+            return a.torch or a.torch_status
+        value = self.raw(col)
+        if value is None:
+            return NA
+        if col in (COL_VRAM, COL_RSS, COL_CACHE):
+            return fmt_bytes(value)
+        if col == COL_PCT:
+            return fmt_percent(value, 1 if value < 10 else 0)
+        if col in (COL_SM, COL_CPU):
+            return fmt_percent(value)
+        if col == COL_UPTIME:
+            return fmt_duration(value)
+        return str(value)
+
+    def tooltip(self, col: int) -> str | None:
+        p = self.proc
+        if col == COL_COMMAND:
+            parts = [p.command or p.name or NA]
+            if p.host_status.label:
+                parts.append(f"({p.host_status.label})")
+            parts.append(f"PID {p.pid} on GPU {self.display_id}, {p.kind}")
+            return "\n".join(parts)
+        if col in (COL_GPU, COL_PID):
+            return None
+        if col == COL_AGENT:
+            return self.agent_tooltip()
+        if col == COL_CACHE:
+            d = self.device
+            if self.agent is None:
+                return _NO_AGENT
+            if d is None or d.cache is None:
+                return "The agent reports no allocator figures for this GPU"
+            return (f"Cache {fmt_bytes(d.cache, 2)} = reserved {fmt_bytes(d.reserved, 2)}"
+                    f" − allocated {fmt_bytes(d.allocated, 2)}\n"
+                    "What Free cache can return to the driver")
+        if col == COL_USER and p.user:
+            return p.user
+        if col == COL_CONTAINER:
+            return container_tooltip(p.container) if p.container else COLUMN_TIPS[col]
+        if self.text(col) in (NA, "access denied"):
+            if p.host_status.label:
+                return p.host_status.label
+            if col in (COL_VRAM, COL_PCT, COL_SM) and self.gpu_note:
+                return self.gpu_note
+            return "not reported"
+        return COLUMN_TIPS.get(col)
+
+    def agent_tooltip(self) -> str:
+        a = self.agent
+        if a is None:
+            return _NO_AGENT
+        lines = [f"VRAM Steward agent: {a.torch_status if a.torch is None else 'torch ' + a.torch}",
+                 f"Python {a.python or NA}, allocator {a.allocator_backend or NA}",
+                 "CUDA " + ("n/a" if a.cuda_initialized is None
+                            else "initialised" if a.cuda_initialized else "not initialised"),
+                 f"{len(a.models)} model{'s' if len(a.models) != 1 else ''}",
+                 "Double-click the row for details"]
+        return "\n".join(lines)
+
+    def is_unknown(self, col: int) -> bool:
+        if col in (COL_GPU, COL_PID, COL_CONTAINER):
+            return False
+        if col == COL_AGENT:
+            return self.agent is not None and self.agent.torch is None
+        if col == COL_USER:
+            return not self.proc.user
+        if col == COL_COMMAND:
+            return not (self.proc.command or self.proc.name) or self.proc.host_status in (
+                HostStatus.EXITED, HostStatus.NOT_VISIBLE)
+        return self.raw(col) is None
+
+
+@dataclass(slots=True)
+class UnattributedRow:
+    """One GPU's used memory that no listed process holds (``GpuSample.unattributed_memory``).
+
+    Not a process: no pid, no host figures (blank, not n/a: they do not apply),
+    never selectable, no agent.  Shown in italics and muted."""
+
+    display_id: str
+    gpu_order: tuple[int, int]
+    memory: int | None  # the core's figure, never recomputed here
+    memory_total: int | None
+    reason: str | None  # why ``memory`` is unknown
+    agent: None = None
+    device: None = None
+    proc: None = None
+
+    def signature(self) -> tuple:
+        return (self.memory, self.memory_total, self.reason)
+
+    @property
+    def key(self) -> RowKey:
+        return (self.display_id, UNATTRIBUTED_KEY, None)
+
+    @property
+    def item_key(self) -> tuple[str, Hashable]:
+        return (self.display_id, UNATTRIBUTED_KEY)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (1, 0)  # after the processes it ties with
+
+    def raw(self, col: int):
+        if col == COL_GPU:
+            return self.gpu_order
+        if col == COL_VRAM:
+            return self.memory
+        if col == COL_PCT:
+            if self.memory is None or not self.memory_total:
+                return None
+            return 100.0 * self.memory / self.memory_total
+        return None
+
+    def text(self, col: int) -> str:
+        if col == COL_GPU:
+            return self.display_id
+        if col == COL_COMMAND:
+            return UNATTRIBUTED_TEXT
+        if col == COL_VRAM:
+            return fmt_bytes(self.memory)
+        if col == COL_PCT:
+            value = self.raw(col)
+            return NA if value is None else fmt_percent(value, 1 if value < 10 else 0)
+        return ""
+
+    def tooltip(self, col: int) -> str:
+        return explanation(self.display_id, self.memory, self.reason)
+
+    def is_unknown(self, col: int) -> bool:
+        return True  # the whole row is muted: it is a remainder, not a process
+
+
+def unattributed_row(gpu: GpuSample, order: tuple[int, int]) -> UnattributedRow:
+    return UnattributedRow(gpu.display_id, order, gpu.unattributed_memory, gpu.memory_total,
+                            unknown_reason(gpu))
+
+
+def italic(font: QFont) -> QFont:
+    font = QFont(font)
+    font.setItalic(True)
+    return font
