@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.agents.directory import AgentDirectory
+from app.core.agents.placement import gpu_of_device
 from app.core.agents.types import ModelActionResult
 from app.core.control import targets
-from app.core.control.measure import gpu_of_device, gpu_used, nvml_usage
+from app.core.control.measure import gpu_used, nvml_usage
 from app.core.control.records import (
     IDLE_TTL,
     PIN,
@@ -127,6 +128,7 @@ class AppController:
         self._model_pool = concurrent.futures.ThreadPoolExecutor(4, "vram-steward-model")
         self._futures: set[concurrent.futures.Future[None]] = set()
         self._running: dict[int, Action] = {}  # id -> action
+        self._ran_on: dict[int, AgentDirectory | None] = {}  # id -> its directory
         self._measuring: list[Action] = []
         self._last: dict[tuple[int, str | None], ModelAction] = {}
         self.auto_unload: SetAutoUnload | None = None  # the settings last asked for
@@ -297,6 +299,7 @@ class AppController:
     def _start(self, action: Action) -> None:
         directory = self.directory()
         self._running[action.id] = action
+        self._ran_on[action.id] = directory
         self._notify(Update(STARTED, action))
         if isinstance(action, CacheAction):
             fut = self._cache_pool.submit(self._run_cache, action, directory)
@@ -348,6 +351,7 @@ class AppController:
     def _finish(self, action: Action, answer: Any) -> None:
         action.done_at = self._clock()
         self._running.pop(action.id, None)
+        directory = self._ran_on.pop(action.id, None)
         if isinstance(action, CacheAction):
             if answer is not None:
                 action.gc_result = answer
@@ -361,6 +365,10 @@ class AppController:
             self._last[action.key] = action
             if len(self._last) > 256:
                 self._last.pop(next(iter(self._last)))
+            event = action.event
+            if event is not None and directory is not None:
+                # Shown when it arrives with a snapshot, as every model event is.
+                directory.note_reply(action.pid, event)
         if action.wants_measure:
             self._measuring.append(action)
         self._notify(Update(FINISHED, action))

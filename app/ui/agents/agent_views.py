@@ -1,25 +1,18 @@
 """The process detail view: what one process's agent reports (its VRAM
-breakdown per GPU, its allocator figures and its models) and the model actions.
+breakdown per GPU, its allocator figures and its models) and the actions on it.
 
 Per snapshot these widgets only set text and bar values; rows are pooled and
-created only when more are needed than ever before.
+created only when more are needed than ever before.  The model list lives in
+:mod:`app.ui.agents.model_list`, the model actions in
+:mod:`app.ui.agents.detail_models`; every action leaves as a typed request
+through :attr:`ProcessDetailView.request`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from PySide6.QtCore import (
-    QAbstractTableModel,
-    QModelIndex,
-    QRectF,
-    QSize,
-    QSortFilterProxyModel,
-    Qt,
-    QTimer,
-    Signal,
-)
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette
+from PySide6.QtCore import QSortFilterProxyModel, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -29,37 +22,36 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QSizePolicy,
     QSpinBox,
-    QStyle,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
     QTableView,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.agents.types import AgentReport, ModelInfo
+from app.core.agents.types import AgentReport
+from app.core.control.requests import CollectGarbage, FreeCache
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
-from app.ui.agents.model_actions import (
-    PIN,
-    RELOAD,
-    UNLOAD,
-    force_consequences,
-    idle_seconds,
-    idle_text,
-    idle_tooltip,
-    is_moving,
-    model_blocker_tooltip,
-    model_device,
-    model_facts,
-    model_note,
-    state_text,
-    target_text,
+from app.ui.agents.detail_models import ModelControls
+from app.ui.agents.model_list import (
+    MCOL_CLASS,
+    MCOL_DEVICE,
+    MCOL_DTYPE,
+    MCOL_IDLE,
+    MCOL_LAST,
+    MCOL_MODE,
+    MCOL_NAME,
+    MCOL_PARAMS,
+    MCOL_PINNED,
+    MCOL_SIZE,
+    MCOL_STATE,
+    MODEL_COLUMNS,
+    MODEL_SORT_ROLE,
+    BadgeDelegate,
+    ModelListModel,
 )
 from app.ui.gpu.torch_memory import (
     BreakdownLegend,
@@ -70,292 +62,7 @@ from app.ui.gpu.torch_memory import (
     free_button_text,
 )
 from app.ui.style import palette as pal
-from app.ui.style.format import NA, fmt_bytes, fmt_count
-
-# -- detail view: model list ------------------------------------------------------------------
-
-MODEL_COLUMNS = ("Name", "State", "Size", "Device", "Idle", "Pinned", "Mode", "Dtype", "Params",
-                 "Class")
-(MCOL_NAME, MCOL_STATE, MCOL_SIZE, MCOL_DEVICE, MCOL_IDLE, MCOL_PINNED, MCOL_MODE, MCOL_DTYPE,
- MCOL_PARAMS, MCOL_CLASS) = range(len(MODEL_COLUMNS))
-MCOL_LAST = MCOL_IDLE  # "Last used" became "Idle" ("idle 3 min", "in use", "n/a")
-_MODEL_NUMERIC = {MCOL_PARAMS, MCOL_SIZE}
-MODEL_SORT_ROLE = Qt.ItemDataRole.UserRole + 1
-MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 2
-#: (badge text, colour key, moving) for the State column's delegate.
-MODEL_BADGE_ROLE = Qt.ItemDataRole.UserRole + 3
-
-
-def model_name(m: ModelInfo) -> str:
-    return f"{m.name} ({m.group})" if m.group else m.name
-
-
-def model_size(m: ModelInfo) -> int | None:
-    if m.param_bytes is None and m.buffer_bytes is None:
-        return None
-    return (m.param_bytes or 0) + (m.buffer_bytes or 0)
-
-
-def model_mode(m: ModelInfo) -> str:
-    if m.training is None:
-        return NA
-    return "train" if m.training else "eval"
-
-
-def badge_key(m: ModelInfo, pending=None) -> str:
-    """"resident", "cpu", "disk" or "moving": the badge's colour."""
-    if is_moving(m, pending):
-        return "moving"
-    if m.state == "offloaded":
-        return "disk" if m.offloaded_to == "disk" else "cpu"
-    return "resident"
-
-
-BADGE_COLORS = {"resident": pal.BREAKDOWN_PARAMS, "cpu": "#009E73", "disk": "#CC79A7",
-                "moving": pal.LEVEL_COLORS[pal.LEVEL_WARNING]}
-
-
-class ModelListModel(QAbstractTableModel):
-    def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self._models: list[ModelInfo] = []
-        self._now = 0.0
-        self._pending: dict[str, object] = {}  # model id -> ModelAction in flight
-        #: Animation phase of the busy badges (advanced by the view's timer).
-        self.phase = 0
-
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(self._models)
-
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(MODEL_COLUMNS)
-
-    def set_models(self, models: tuple[ModelInfo, ...], now: float,
-                   pending: Mapping[str, object] | None = None) -> None:
-        models = list(models)
-        pending = dict(pending or {})
-        same_rows = [m.id for m in models] == [m.id for m in self._models]
-        changed = models != self._models or now != self._now or pending != self._pending
-        self._now = now
-        self._pending = pending
-        if not same_rows:
-            self.beginResetModel()
-            self._models = models
-            self.endResetModel()
-        elif changed and models:
-            self._models = models
-            self.dataChanged.emit(self.index(0, 0), self.index(len(models) - 1,
-                                                               len(MODEL_COLUMNS) - 1))
-
-    def moving_rows(self) -> list[int]:
-        return [i for i, m in enumerate(self._models) if is_moving(m, self._pending.get(m.id))]
-
-    def tick(self) -> None:
-        """Advance the busy badges' animation (repaints the State cells of moving rows)."""
-        self.phase += 1
-        for row in self.moving_rows():
-            idx = self.index(row, MCOL_STATE)
-            self.dataChanged.emit(idx, idx, [MODEL_BADGE_ROLE])
-
-    def model_at(self, row: int) -> ModelInfo | None:
-        return self._models[row] if 0 <= row < len(self._models) else None
-
-    def row_of(self, model_id: str) -> int:
-        return next((i for i, m in enumerate(self._models) if m.id == model_id), -1)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if orientation != Qt.Orientation.Horizontal:
-            return None
-        if role == Qt.ItemDataRole.DisplayRole:
-            return MODEL_COLUMNS[section]
-        if role == Qt.ItemDataRole.TextAlignmentRole:
-            return int((Qt.AlignmentFlag.AlignRight if section in _MODEL_NUMERIC
-                        else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return {MCOL_PARAMS: "Number of parameters",
-                    MCOL_SIZE: "Bytes of parameters + buffers",
-                    MCOL_STATE: "Where the weights are: resident on the GPU, or offloaded to "
-                                "host memory (CPU) or disk until the next forward pass",
-                    MCOL_DEVICE: "The GPU the weights belong on (also while offloaded)",
-                    MCOL_IDLE: "The agent's idle clock: time since the last forward pass "
-                               "(before the first one: since the agent first saw the model)",
-                    MCOL_MODE: "Train or eval mode (model.training). Whether a model counts "
-                               "as training is the agent's training evidence (in the tooltips)",
-                    MCOL_PINNED: "Pinned models are never unloaded automatically"}.get(section)
-        return None
-
-    def text(self, m: ModelInfo, col: int) -> str:
-        if col == MCOL_NAME:
-            return model_name(m)
-        if col == MCOL_STATE:
-            return state_text(m, self._pending.get(m.id))
-        if col == MCOL_CLASS:
-            return m.class_name.rsplit(".", 1)[-1]
-        if col == MCOL_PARAMS:
-            return fmt_count(m.params)
-        if col == MCOL_SIZE:
-            return fmt_bytes(model_size(m))
-        if col == MCOL_DEVICE:
-            return model_device(m)
-        if col == MCOL_DTYPE:
-            return (m.dtype or NA).removeprefix("torch.")
-        if col == MCOL_MODE:
-            return model_mode(m)
-        if col == MCOL_IDLE:
-            return idle_text(m, self._now)
-        if col == MCOL_PINNED:
-            return "pinned" if m.pinned else ""
-        return ""
-
-    def raw(self, m: ModelInfo, col: int):
-        if col == MCOL_PARAMS:
-            return m.params if m.params is not None else -1
-        if col == MCOL_SIZE:
-            size = model_size(m)
-            return size if size is not None else -1
-        if col == MCOL_IDLE:
-            idle = idle_seconds(m, self._now)
-            return idle if idle is not None else -1.0
-        if col == MCOL_STATE:
-            return ("resident", "unloading", "reloading", "offloaded").index(m.state) \
-                if m.state in ("resident", "unloading", "reloading", "offloaded") else 9
-        if col == MCOL_PINNED:
-            return int(m.pinned)
-        return self.text(m, col).lower()
-
-    def _tooltip(self, m: ModelInfo, col: int) -> str | None:
-        if col == MCOL_NAME:
-            parts = [model_name(m), m.class_name, f"id {m.id}"]
-            for dev, per in sorted(m.bytes_by_device.items()):
-                parts.append(f"{dev}: params {fmt_bytes(per.get('params'))}, "
-                             f"buffers {fmt_bytes(per.get('buffers'))}")
-            parts += model_facts(m)
-            parts += ["", model_blocker_tooltip(m)]
-            return "\n".join(parts)
-        if col == MCOL_STATE:
-            pending = self._pending.get(m.id)
-            text = state_text(m, pending)
-            if m.state == "offloaded":
-                text += (f" — {fmt_bytes(model_size(m))} of weights wait in "
-                         f"{'host memory' if m.offloaded_to != 'disk' else 'a file on disk'}; "
-                         "the next forward pass (or Reload) brings them back")
-            elif is_moving(m, pending):
-                text += " — the weights are being moved"
-            return text + "\n\n" + model_blocker_tooltip(m)
-        if col == MCOL_SIZE:
-            text = (f"parameters {fmt_bytes(m.param_bytes, 2)} + "
-                    f"buffers {fmt_bytes(m.buffer_bytes, 2)}")
-            if m.placeholder_bytes:
-                text += (f"\nplus {fmt_bytes(m.placeholder_bytes, 2)} of meta placeholders "
-                         "(weights held elsewhere, not on any device here)")
-            return text
-        if col == MCOL_MODE:
-            mode = f"{model_mode(m)} mode" if m.training is not None else "mode unknown"
-            return mode + (f"; training evidence: {m.training_evidence}"
-                           if m.training_evidence else "")
-        if col == MCOL_PARAMS and m.params is not None:
-            return f"{m.params:,} parameters"
-        if col == MCOL_DEVICE and m.state != "resident":
-            return (f"Home device {model_device(m)}; the weights are now on "
-                    f"{m.device or target_text(m.offloaded_to)}")
-        if col == MCOL_IDLE:
-            return idle_tooltip(m) + "\n\n" + model_blocker_tooltip(m)
-        if col == MCOL_PINNED:
-            return model_blocker_tooltip(m)
-        if col == MCOL_CLASS:
-            return m.class_name
-        return None
-
-    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        m = self._models[index.row()]
-        col = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            return self.text(m, col)
-        if role == MODEL_SORT_ROLE:
-            return self.raw(m, col)
-        if role == MODEL_ID_ROLE:
-            return m.id
-        if role == MODEL_BADGE_ROLE:
-            pending = self._pending.get(m.id)
-            return (state_text(m, pending), badge_key(m, pending), is_moving(m, pending))
-        if role == Qt.ItemDataRole.TextAlignmentRole:
-            return int((Qt.AlignmentFlag.AlignRight if col in _MODEL_NUMERIC
-                        else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(m, col)
-        if role == Qt.ItemDataRole.ForegroundRole:
-            text = self.text(m, col)
-            if text == NA or (col == MCOL_IDLE and text == "in use"):
-                from PySide6.QtGui import QGuiApplication
-
-                return pal.muted(QGuiApplication.palette())
-        return None
-
-    def models(self) -> list[ModelInfo]:
-        return list(self._models)
-
-
-class BadgeDelegate(QStyledItemDelegate):
-    """The State column: a rounded badge; an animated stripe while the model moves."""
-
-    def paint(self, painter: QPainter, option, index) -> None:
-        badge = index.data(MODEL_BADGE_ROLE)
-        if not badge:
-            super().paint(painter, option, index)
-            return
-        text, key, moving = badge
-        # Row background (selection / alternate) as the style draws it, without text.
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        opt.text = ""
-        style = opt.widget.style() if opt.widget is not None else None
-        if style is not None:
-            style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
-        painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        fm = option.fontMetrics
-        h = min(option.rect.height() - 6, fm.height() + 4)
-        w = min(option.rect.width() - 8, fm.horizontalAdvance(text) + 18)
-        rect = QRectF(option.rect.left() + 4, option.rect.center().y() - h / 2 + 0.5, w, h)
-        color = QColor(BADGE_COLORS.get(key, pal.BREAKDOWN_PARAMS))
-        fill = QColor(color)
-        fill.setAlpha(40)
-        path = QPainterPath()
-        path.addRoundedRect(rect, h / 2, h / 2)
-        selected = bool(option.state & QStyle.StateFlag.State_Selected)
-        if selected:  # stays readable on the selection colour
-            painter.fillPath(path, option.palette.color(QPalette.ColorRole.Base))
-        painter.fillPath(path, fill)
-        if moving:
-            # Indeterminate progress: a soft band sweeping through the badge.
-            model = index.model()
-            phase = getattr(model, "phase", None)
-            if phase is None and hasattr(model, "sourceModel"):
-                phase = getattr(model.sourceModel(), "phase", 0)
-            band = rect.width() * 0.35
-            x = rect.left() - band + ((phase or 0) % 24) / 24 * (rect.width() + band)
-            painter.setClipPath(path)
-            sweep = QColor(color)
-            sweep.setAlpha(90)
-            painter.fillRect(QRectF(x, rect.top(), band, rect.height()), sweep)
-            painter.setClipping(False)
-        pen_color = QColor(color)
-        painter.setPen(pen_color)
-        painter.drawPath(path)
-        fg = option.palette.color(QPalette.ColorRole.Text)
-        painter.setPen(fg)
-        painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), text)
-        painter.restore()
-
-    def sizeHint(self, option, index) -> QSize:  # noqa: N802
-        base = super().sizeHint(option, index)
-        badge = index.data(MODEL_BADGE_ROLE)
-        if badge:
-            base.setWidth(option.fontMetrics.horizontalAdvance(badge[0]) + 30)
-        return base
-
+from app.ui.style.format import NA, fmt_bytes
 
 # -- detail view --------------------------------------------------------------------------------
 
@@ -368,14 +75,12 @@ def _sum_known(values) -> int | None:
     return sum(known) if known else None
 
 
-class ProcessDetailView(QDialog):
+class ProcessDetailView(ModelControls, QDialog):
     """Everything one agent reports about its process; non-modal, follows snapshots."""
 
-    free_requested = Signal(int)  # pid
-    gc_requested = Signal(int)  # pid
-    #: {"kind": "unload"|"reload"|"pin", "pid", "model", "name", "to", "force", "pinned"}
-    model_action_requested = Signal(object)
-    idle_unload_requested = Signal(int, object)  # pid, seconds (None = off)
+    #: A typed request (app.core.control.requests): FreeCache, CollectGarbage, Unload,
+    #: Reload, Pin or SetIdleUnload of this process.
+    request = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -682,14 +387,15 @@ class ProcessDetailView(QDialog):
             self.gpu_rows_box.addWidget(row)
             self.gpu_rows.append(row)
         cache = None
-        for row, (g, p, b) in zip(self.gpu_rows, rows):
+        for row, (g, _p, b) in zip(self.gpu_rows, rows):
             dev = report.device_for_gpu(g.index, g.uuid) if report else None
             tip = breakdown_tooltip(f"GPU {g.display_id}: {g.name}", b)
             if dev is not None:
+                retries = NA if dev.num_alloc_retries is None else dev.num_alloc_retries
                 tip += (f"\n\nPeak allocated: {fmt_bytes(dev.peak_allocated, 2)}"
                         f"\nPeak reserved: {fmt_bytes(dev.peak_reserved, 2)}"
                         f"\nInactive split (fragmented): {fmt_bytes(dev.inactive_split, 2)}"
-                        f"\nAlloc retries: {NA if dev.num_alloc_retries is None else dev.num_alloc_retries}"
+                        f"\nAlloc retries: {retries}"
                         f"\nOOMs: {NA if dev.num_ooms is None else dev.num_ooms}")
             row.set(pid, f"GPU {g.display_id}", b, scale, tip)
             row.setVisible(True)
@@ -705,7 +411,8 @@ class ProcessDetailView(QDialog):
 
         models = report.models if report else ()
         # "Last used" against the agent's own clock at the report (same host clock).
-        now = report.received_at if report is not None and report.received_at else snapshot.timestamp
+        now = (report.received_at if report is not None and report.received_at
+               else snapshot.timestamp)
         self._pending = dict(pending or {})
         self._last = dict(last or {})
         self._can_act = can_act
@@ -746,224 +453,14 @@ class ProcessDetailView(QDialog):
             pal.foreground(self.palette()))
         self.result_label.setStyleSheet(f"color: {color};")
 
-    # -- models --------------------------------------------------------------------------------
-    def selected_model(self) -> ModelInfo | None:
-        if self._selected_id is None:
-            return None
-        row = self.model_model.row_of(self._selected_id)
-        return self.model_model.model_at(row)
-
-    def select_model(self, model_id: str) -> bool:
-        row = self.model_model.row_of(model_id)
-        if row < 0:
-            return False
-        self._selected_id = model_id
-        self._reselect()
-        self._update_model_bar()
-        return True
-
-    def _reselect(self) -> None:
-        """Keep the selected model selected across model resets and re-sorts."""
-        view = self.models_view
-        sel = view.selectionModel()
-        if self._selected_id is None:
-            if self.model_model.rowCount() and not sel.hasSelection():
-                # The first row as the view shows it (largest model).
-                self._selected_id = self.model_proxy.index(0, 0).data(MODEL_ID_ROLE)
-            else:
-                return
-        row = self.model_model.row_of(self._selected_id)
-        if row < 0:
-            self._selected_id = None
-            return
-        proxy_index = self.model_proxy.mapFromSource(self.model_model.index(row, 0))
-        current = sel.selectedRows()
-        if len(current) == 1 and current[0].row() == proxy_index.row():
-            return
-        sel.blockSignals(True)
-        view.selectRow(proxy_index.row())
-        sel.blockSignals(False)
-        view.viewport().update()
-
-    def _on_model_selected(self, *_args) -> None:
-        rows = self.models_view.selectionModel().selectedRows()
-        if rows:
-            self._selected_id = rows[0].data(MODEL_ID_ROLE)
-        self._update_model_bar()
-
-    def _update_model_bar(self) -> None:
-        m = self.selected_model()
-        buttons = (self.unload_cpu_button, self.unload_disk_button, self.reload_button,
-                   self.pin_button)
-        if m is None:
-            self._bar_key = None
-            for b in buttons:
-                b.setEnabled(False)
-            self.force_button.setVisible(False)
-            self.model_progress.setVisible(False)
-            self._set_model_result("Select a model to unload, reload or pin it.", muted=True)
-            return
-        pending = self._pending.get(m.id)
-        last = self._last.get(m.id)
-        live = self.report is not None and self._can_act
-        # Per snapshot this usually changes nothing: skip the widget calls then.
-        key = (m, id(pending), id(last), getattr(last, "measured", None), live)
-        if key == self._bar_key:
-            return
-        self._bar_key = key
-        moving = is_moving(m, pending)
-        busy = moving or pending is not None
-        self.model_progress.setVisible(busy)
-        resident = m.state == "resident"
-        # The agent refuses any unload of a model with an unload blocker: no button for it.
-        unloadable = resident and not m.unload_blocker
-        self.unload_cpu_button.setEnabled(live and not busy and unloadable)
-        self.unload_disk_button.setEnabled(live and not busy and unloadable)
-        self.reload_button.setEnabled(live and not busy and m.state == "offloaded")
-        self.pin_button.setText("Unpin" if m.pinned else "Pin")
-        self.pin_button.setEnabled(live and not busy)
-        size = fmt_bytes(model_size(m))
-        if m.unload_blocker:
-            refused = f"The agent refuses any unload of {m.name}: {m.unload_blocker}"
-            self.unload_cpu_button.setToolTip(refused)
-            self.unload_disk_button.setToolTip(refused)
-        else:
-            self.unload_cpu_button.setToolTip(
-                f"Move {m.name}'s weights ({size}) to pinned host memory and release the GPU "
-                "memory; the next forward pass reloads them (fast)")
-            self.unload_disk_button.setToolTip(
-                f"Write {m.name}'s weights ({size}) to a file on disk and release the GPU "
-                "memory; frees host memory too, slower to reload")
-        self.reload_button.setToolTip(f"Bring {m.name}'s weights back to {model_device(m)} now "
-                                      "(instead of at the next forward pass)")
-        self.pin_button.setToolTip("Pinned models are never unloaded automatically (by the "
-                                   "idle timer or the memory-pressure policy)"
-                                   if not m.pinned else "Allow automatic unloading again")
-        can_force = (last is not None and getattr(last, "can_force", False) and resident
-                     and not busy and live)
-        self.force_button.setVisible(bool(can_force))
-        self.force_button.setEnabled(bool(can_force))
-        if pending is not None:
-            self._set_model_result(pending.summary(with_process=False))
-        elif moving:
-            self._set_model_result(f"{state_text(m)} {m.name}")
-        elif last is not None:
-            text = last.summary(with_process=False)
-            if getattr(last, "refused", False):
-                text = f"Refused: {last.error}"
-                if can_force:
-                    text += " — you can override it"
-            self._set_model_result(text, error=not last.ok, tooltip=last.summary())
-        elif note := model_note(m):
-            self._set_model_result(note, muted=True, tooltip=model_blocker_tooltip(m))
-        else:
-            self._set_model_result("", muted=True)
-
-    def _set_model_result(self, text: str, error: bool = False, muted: bool = False,
-                          tooltip: str = "") -> None:
-        label = self.model_result
-        if label.text() != text:
-            label.setText(text)
-        if label.toolTip() != (tooltip or text):
-            label.setToolTip(tooltip or text)
-        if error:
-            color = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
-        elif muted:
-            color = pal.hex_color(pal.muted(self.palette()))
-        else:
-            color = pal.hex_color(pal.foreground(self.palette()))
-        style = f"color: {color};"
-        if label.styleSheet() != style:
-            label.setStyleSheet(style)
-
-    def _request(self, kind: str, **kw) -> None:
-        m = self.selected_model()
-        if m is None or self.pid is None:
-            return
-        req = {"kind": kind, "pid": self.pid, "model": m.id, "name": m.name,
-               "size": model_size(m), "device": m.home_device or m.device, "to": "cpu",
-               "force": False, "pinned": None}
-        req.update(kw)
-        self.model_action_requested.emit(req)
-
-    def _request_unload(self, to: str) -> None:
-        self._request(UNLOAD, to=to)
-
-    def _request_reload(self) -> None:
-        self._request(RELOAD)
-
-    def _request_pin(self) -> None:
-        m = self.selected_model()
-        if m is not None:
-            self._request(PIN, pinned=not m.pinned)
-
-    def _request_force(self) -> None:
-        m = self.selected_model()
-        last = self._last.get(m.id) if m is not None else None
-        if m is None or last is None or not getattr(last, "can_force", False):
-            return
-        to = getattr(last, "to", "cpu")
-        answer = QMessageBox.warning(
-            self, "Unload anyway?", force_consequences(last.error or "refused", m.name, to),
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-            QMessageBox.StandardButton.Cancel)
-        if answer == QMessageBox.StandardButton.Yes:
-            self._request(UNLOAD, to=to, force=True)
-
-    # -- idle timer ---------------------------------------------------------------------------
-    def _update_idle(self, report: AgentReport | None, pending: bool) -> None:
-        self._idle_pending = pending
-        can = report is not None and self._can_act
-        self.idle_box.setEnabled(can and not pending)
-        current = report.idle_unload_s if report is not None else None
-        if report is None:
-            self.idle_state.setText("")
-        elif pending:
-            self.idle_state.setText("setting…")
-        else:
-            self.idle_state.setText("(agent: off)" if current is None
-                                    else f"(agent: {current / 60:g} min)")
-        # Follow the agent's value, unless the user is typing or a change is on its way.
-        if report is not None and not pending and not self.idle_spin.hasFocus():
-            self.idle_box.blockSignals(True)
-            self.idle_spin.blockSignals(True)
-            self.idle_box.setChecked(current is not None)
-            if current is not None:
-                self.idle_spin.setValue(max(1, round(current / 60)))
-            self.idle_box.blockSignals(False)
-            self.idle_spin.blockSignals(False)
-            self._idle_sent = current
-        self.idle_spin.setEnabled(can and not pending and self.idle_box.isChecked())
-
-    def idle_seconds_wanted(self) -> float | None:
-        return float(self.idle_spin.value() * 60) if self.idle_box.isChecked() else None
-
-    def _on_idle_toggled(self, _checked: bool) -> None:
-        self.idle_spin.setEnabled(self.idle_box.isChecked())
-        self._send_idle()
-
-    def _on_idle_minutes(self, _value: int) -> None:
-        if self.idle_box.isChecked():
-            self._send_idle()
-
-    def _send_idle(self) -> None:
-        if self.pid is None or self.report is None:
-            return
-        wanted = self.idle_seconds_wanted()
-        if wanted == self._idle_sent:
-            return
-        self._idle_sent = wanted
-        self.idle_state.setText("setting…")
-        self.idle_unload_requested.emit(self.pid, wanted)
-
     # -- internals -----------------------------------------------------------------------------
     def _on_free(self) -> None:
         if self.pid is not None:
-            self.free_requested.emit(self.pid)
+            self.request.emit(FreeCache.of(self.pid))
 
     def _on_gc(self) -> None:
         if self.pid is not None:
-            self.gc_requested.emit(self.pid)
+            self.request.emit(CollectGarbage(self.pid))
 
     def changeEvent(self, event) -> None:  # noqa: N802
         from PySide6.QtCore import QEvent
@@ -982,4 +479,6 @@ class ProcessDetailView(QDialog):
         self.errors_label.setStyleSheet(f"color: {warn};")
 
 
-__all__ = ["ModelListModel", "ProcessDetailView"]
+__all__ = ["MCOL_CLASS", "MCOL_DEVICE", "MCOL_DTYPE", "MCOL_IDLE", "MCOL_LAST", "MCOL_MODE",
+           "MCOL_NAME", "MCOL_PARAMS", "MCOL_PINNED", "MCOL_SIZE", "MCOL_STATE",
+           "ModelListModel", "ProcessDetailView"]

@@ -1,11 +1,10 @@
-"""Model actions (unload, reload, pin, idle TTL) run off the GUI thread.
+"""The texts of model actions (unload, reload, pin, idle TTL) and of the model list.
 
-``AgentDirectory.unload`` and friends block on a socket round trip that can
-take seconds (moving gigabytes of weights), so :class:`ModelActionRunner` runs
-them on a :class:`QThreadPool`; results come back on the GUI thread through a
-queued signal.  A :class:`ModelAction` carries the NVML figures taken at the
-click so the window can say what the driver *shows* was released, like the
-free-cache action does (:meth:`ModelAction.measure`).
+The action itself is the controller's record
+(:class:`app.core.control.records.ModelAction`, re-exported here): it runs on
+the controller's workers and carries the NVML figures taken at the click, so
+:func:`model_summary` can say what the driver *shows* was released, like the
+free-cache texts do.
 
 Also here: the Qt-free texts of the model list (state badge, idle time,
 blockers) and of the refusals an agent answers with.  The agent decides what
@@ -15,30 +14,16 @@ says which ones ``force`` overrides: training evidence only).
 
 from __future__ import annotations
 
-import itertools
 import time
-from dataclasses import dataclass, field
-
-from PySide6.QtCore import QObject, Signal
 
 from app.core.agents.events import event_text, seconds_text, target_text
-from app.core.agents.placement import gpu_of_device
-from app.core.agents.types import ModelActionResult, ModelEvent, ModelInfo
+from app.core.agents.types import ModelInfo
 from app.core.agents.unload_reasons import overridable, refuses_any_unload
-from app.core.monitor.samples import Snapshot
-from app.ui.agents.action_runner import ActionJob, ActionRunner, DirectoryLike, error_text
-from app.ui.agents.agent_actions import gpu_used, nvml_usage
+from app.core.control.records import IDLE_TTL, PIN, RELOAD, UNLOAD, ModelAction
 from app.ui.style.format import NA, fmt_bytes
-
-UNLOAD = "unload"
-RELOAD = "reload"
-PIN = "pin"
-IDLE_TTL = "idle_ttl"
 
 #: A model whose last forward is at most this old counts as "in use".
 IN_USE_S = 10.0
-
-_ids = itertools.count(1)
 
 
 # -- texts of the model list ----------------------------------------------------------------------
@@ -256,158 +241,68 @@ def force_consequences(reason: str, name: str, to: str) -> str:
     return "\n".join(lines)
 
 
-# -- GPU of a model ----------------------------------------------------------------------------
+# -- one action ---------------------------------------------------------------------------------
 
-
-
-# -- one action -------------------------------------------------------------------------------------
-
-@dataclass(eq=False)
-class ModelAction:
-    """One model action: unload / reload / pin of one model, or a process's idle TTL."""
-
-    kind: str
-    pid: int
-    model: str | None = None  # model id (None for IDLE_TTL)
-    name: str = ""  # model name for texts
-    label: str = ""  # process label, "notebook.py (123)"
-    to: str = "cpu"
-    force: bool = False
-    reason: str = "manual"
-    pinned: bool | None = None
-    seconds: float | None = None  # IDLE_TTL: None = off
-    size: int | None = None  # model bytes (for texts while running)
-    display_id: str | None = None  # the model's GPU
-    baseline: int | None = None  # NVML bytes of the process on that GPU at the click
-    gpu_before: int | None = None
-    id: int = field(default_factory=lambda: next(_ids))
-    started: float = field(default_factory=time.monotonic)
-    # Filled in as it runs.
-    result: ModelActionResult | None = None
-    ttl_result: dict | None = None
-    done_at: float | None = None
-    # Filled in by measure().
-    measured: bool = False
-    released: int | None = None  # NVML bytes released by the process on its GPU
-    gpu_released: int | None = None
-
-    @property
-    def key(self) -> tuple[int, str | None]:
-        return (self.pid, self.model)
-
-    @property
-    def done(self) -> bool:
-        return self.done_at is not None
-
-    @property
-    def ok(self) -> bool:
-        if self.kind == IDLE_TTL:
-            return bool(self.ttl_result and self.ttl_result.get("ok", False))
-        return bool(self.result and self.result.ok)
-
-    @property
-    def error(self) -> str | None:
-        if not self.done or self.ok:
-            return None
-        if self.kind == IDLE_TTL:
-            return str((self.ttl_result or {}).get("error") or "failed")
-        r = self.result
-        return (r.error if r is not None else None) or "failed"
-
-    @property
-    def refused(self) -> bool:
-        r = self.result
-        return bool(self.done and r is not None and not r.ok and (
-            r.code == "refused" or (r.code is None and overridable(r.error))))
-
-    @property
-    def can_force(self) -> bool:
-        return self.kind == UNLOAD and not self.force and self.refused and overridable(self.error)
-
-    @property
-    def event(self) -> ModelEvent | None:
-        return self.result.event if self.result is not None else None
-
-    def measure(self, snapshot: Snapshot, now: float | None = None, settle_s: float = 0.5
-                ) -> bool:
-        """NVML now against the click: True once measured (first snapshot at least
-        ``settle_s`` after the action finished).  Unload and reload only."""
-        if self.kind not in (UNLOAD, RELOAD) or self.measured or self.done_at is None:
-            return self.measured
-        now = time.monotonic() if now is None else now
-        if now - self.done_at < settle_s:
-            return False
-        after = nvml_usage(snapshot, self.pid, self.display_id)
-        self.released = None if self.baseline is None or after is None else self.baseline - after
-        g_after = gpu_used(snapshot, self.display_id)
-        self.gpu_released = (None if self.gpu_before is None or g_after is None
-                             else self.gpu_before - g_after)
-        self.measured = True
-        return True
-
-    # -- texts ------------------------------------------------------------------------------
-    def who(self) -> str:
-        return self.name or self.model or "model"
-
-    def summary(self, with_process: bool = True) -> str:
-        """One line for the status bar / the detail view."""
-        prefix = f"{self.label}: " if with_process and self.label else ""
-        name = self.who()
-        if self.kind == IDLE_TTL:
-            what = ("unload idle models after " + _minutes(self.seconds)
-                    if self.seconds is not None else "idle unloading off")
-            if not self.done:
-                return f"{prefix}setting {what}…"
-            if not self.ok:
-                return f"{prefix}could not set idle unloading: {self.error}"
-            return f"{prefix}{what}"
-        if self.kind == PIN:
-            verb = "Pinning" if self.pinned else "Unpinning"
-            if not self.done:
-                return f"{prefix}{verb} {name}…"
-            if not self.ok:
-                return f"{prefix}{verb.lower()} {name} failed: {self.error}"
-            if self.pinned:
-                return f"{prefix}pinned {name} (never unloaded automatically)"
-            return f"{prefix}unpinned {name}"
-        if self.kind == UNLOAD:
-            to = target_text(self.to)
-            if not self.done:
-                return f"{prefix}unloading {name} to {to}…"
-            if not self.ok:
-                if self.refused:
-                    return f"{prefix}{name} not unloaded: {self.error}"
-                return f"{prefix}unloading {name} failed: {self.error}"
-            ev = self.event
-            parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}",
-                     f"allocator released {fmt_bytes(ev.bytes_released if ev else None)}",
-                     self._nvml_text()]
-            if ev is not None and ev.seconds is not None:
-                parts.append(seconds_text(ev.seconds))
-            forced = " (forced)" if self.force else ""
-            return f"{prefix}unloaded {name} to {to}{forced}: " + ", ".join(parts)
-        # RELOAD
-        if not self.done:
-            return f"{prefix}reloading {name}…"
-        if not self.ok:
-            return f"{prefix}reloading {name} failed: {self.error}"
-        ev = self.event
-        parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}"]
+def model_summary(action: ModelAction, with_process: bool = True) -> str:
+    """One line for the status bar / the detail view."""
+    prefix = f"{action.label}: " if with_process and action.label else ""
+    name = action.who()
+    if action.kind == IDLE_TTL:
+        what = ("unload idle models after " + _minutes(action.seconds)
+                if action.seconds is not None else "idle unloading off")
+        if not action.done:
+            return f"{prefix}setting {what}…"
+        if not action.ok:
+            return f"{prefix}could not set idle unloading: {action.error}"
+        return f"{prefix}{what}"
+    if action.kind == PIN:
+        verb = "Pinning" if action.pinned else "Unpinning"
+        if not action.done:
+            return f"{prefix}{verb} {name}…"
+        if not action.ok:
+            return f"{prefix}{verb.lower()} {name} failed: {action.error}"
+        if action.pinned:
+            return f"{prefix}pinned {name} (never unloaded automatically)"
+        return f"{prefix}unpinned {name}"
+    if action.kind == UNLOAD:
+        to = target_text(action.to)
+        if not action.done:
+            return f"{prefix}unloading {name} to {to}…"
+        if not action.ok:
+            if action.refused:
+                return f"{prefix}{name} not unloaded: {action.error}"
+            return f"{prefix}unloading {name} failed: {action.error}"
+        ev = action.event
+        parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}",
+                 f"allocator released {fmt_bytes(ev.bytes_released if ev else None)}",
+                 _nvml_text(action)]
         if ev is not None and ev.seconds is not None:
             parts.append(seconds_text(ev.seconds))
-        if self.measured and self.released is not None:
-            parts.append(f"NVML shows {fmt_bytes(max(0, -self.released))} more in use")
-        return f"{prefix}reloaded {name}: " + ", ".join(parts)
+        forced = " (forced)" if action.force else ""
+        return f"{prefix}unloaded {name} to {to}{forced}: " + ", ".join(parts)
+    # RELOAD
+    if not action.done:
+        return f"{prefix}reloading {name}…"
+    if not action.ok:
+        return f"{prefix}reloading {name} failed: {action.error}"
+    ev = action.event
+    parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}"]
+    if ev is not None and ev.seconds is not None:
+        parts.append(seconds_text(ev.seconds))
+    if action.measured and action.released is not None:
+        parts.append(f"NVML shows {fmt_bytes(max(0, -action.released))} more in use")
+    return f"{prefix}reloaded {name}: " + ", ".join(parts)
 
-    def _nvml_text(self) -> str:
-        if not self.measured:
-            return "measuring with NVML…"
-        value = self.released
-        if value is None:
-            return "NVML release unknown"
-        if value <= 0:
-            return "NVML shows nothing released"
-        return f"NVML shows {fmt_bytes(value)} released"
+
+def _nvml_text(action: ModelAction) -> str:
+    if not action.measured:
+        return "measuring with NVML…"
+    value = action.released
+    if value is None:
+        return "NVML release unknown"
+    if value <= 0:
+        return "NVML shows nothing released"
+    return f"NVML shows {fmt_bytes(value)} released"
 
 
 def _minutes(seconds: float | None) -> str:
@@ -417,76 +312,8 @@ def _minutes(seconds: float | None) -> str:
     return f"{minutes:g} min" if minutes < 120 or minutes % 60 else f"{minutes / 60:g} h"
 
 
-
-
-
-
-# -- runner -------------------------------------------------------------------------------------
-
-class _Relay(QObject):
-    finished = Signal(object)  # ModelAction
-
-
-class _Job(ActionJob):
-    def run(self) -> None:  # on a pool thread
-        a = self._action
-        d = self._directory
-        try:
-            if d is None:
-                raise RuntimeError("no agent connection")
-            if a.kind == IDLE_TTL:
-                res = d.set_idle_unload(a.pid, a.seconds)
-                a.ttl_result = dict(res) if isinstance(res, dict) else {
-                    "ok": False, "error": f"unexpected answer {res!r}"}
-            else:
-                if a.kind == UNLOAD:
-                    res = d.unload(a.pid, a.model, to=a.to, force=a.force, reason=a.reason,
-                                   timeout_s=self._timeout_s)
-                elif a.kind == RELOAD:
-                    res = d.reload(a.pid, a.model, timeout_s=self._timeout_s)
-                else:
-                    res = d.pin(a.pid, a.model, bool(a.pinned))
-                if not isinstance(res, ModelActionResult):
-                    raise TypeError(f"unexpected answer {res!r}")
-                a.result = res
-        except Exception as exc:  # shown, never raised
-            text = error_text(exc)
-            if a.kind == IDLE_TTL:
-                a.ttl_result = {"ok": False, "error": text}
-            else:
-                a.result = ModelActionResult(a.pid, a.model or "", False, error=text)
-        finally:
-            self._relay.finished.emit(a)
-
-
-class ModelActionRunner(ActionRunner):
-    """Runs model actions on a thread pool; signals arrive on the GUI thread."""
-
-    def __init__(self, directory: DirectoryLike, parent: QObject | None = None,
-                 timeout_s: float = 300.0, settle_s: float = 0.5) -> None:
-        # Moves of different models may overlap (different processes); a pin or
-        # TTL change must not wait behind a multi-second unload.
-        super().__init__(directory, parent, timeout_s, settle_s, threads=4)
-
-    def pending(self, pid: int, model: str | None) -> ModelAction | None:
-        for a, _ in self._running.values():
-            if a.pid == pid and a.model == model:
-                return a
-        return None
-
-    def busy_models(self) -> set[tuple[int, str | None]]:
-        return {a.key for a, _ in self._running.values()}
-
-    def submit(self, action: ModelAction) -> bool:
-        """Start ``action``; False (not started) while the same model/TTL is busy."""
-        if action.key in self.busy_models():
-            return False
-        self._start(action, _Job, _Relay(self))
-        return True
-
-
-__all__ = ["IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "ModelAction", "ModelActionRunner",
-           "blocker_help", "blocker_tooltip", "event_text", "fmt_idle", "force_consequences",
-           "gpu_of_device", "idle_seconds", "idle_text", "idle_tooltip", "is_moving",
-           "model_blocker_tooltip", "model_device", "model_facts", "model_note", "overridable",
-           "state_text"]
+__all__ = ["IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "ModelAction", "blocker_help",
+           "blocker_tooltip", "event_text", "fmt_idle", "force_consequences", "idle_seconds",
+           "idle_text", "idle_tooltip", "is_moving", "model_blocker_tooltip", "model_device",
+           "model_facts", "model_note", "model_summary", "overridable", "state_text",
+           "target_text"]

@@ -52,10 +52,11 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     from PySide6.QtWidgets import QApplication
 
+    from app.core.control.controller import AppController
     from app.core.monitor.history import History, HistoryConfig
-    from app.ui.agents.agent_actions import AgentActionRunner
     from app.ui.agents.auto_unload import PolicyDriver
     from app.ui.settings.store import SettingsStore
+    from app.ui.shell.controller import ControllerAdapter
     from app.ui.shell.qt_compat import guard_singleton_refcounts
     from app.ui.shell.sampler import Sampler, clamp_period
     from app.ui.style.theme import ThemeManager
@@ -87,24 +88,22 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     themes.apply(theme or settings.theme)
     period_s = clamp_period(period_s if period_s is not None else settings.sample_period_s)
     history = History(HistoryConfig(period_s=period_s, fine_span_s=settings.history_s))
-    window = MainWindow(history, settings=settings)
+    # Every verb (free cache, gc, unload, reload, pin, idle timer, auto-unload settings)
+    # goes through one controller: it runs them on its worker threads against the
+    # sampler's current agent directory (it changes with the source); the window, the
+    # tray and notifications send it requests.
     sampler = Sampler(_source_factory(demo, seed), period_s)
+    controller = ControllerAdapter(AppController(lambda: sampler.agents))
+    window = MainWindow(history, settings=settings, controller=controller)
     sampler.snapshot_ready.connect(window.on_snapshot)
     window.demo_requested.connect(lambda: sampler.switch_source(_source_factory(True, seed)))
     window.retry_requested.connect(sampler.retry)
-    # Agent actions (Free cache, Run gc) run on the runner's thread pool against the
-    # sampler's current agent directory (it changes with the source).
-    runner = AgentActionRunner(lambda: sampler.agents, window)
-    # (Model actions -- unload, reload, pin, idle timer -- get their own runner on the
-    # same directory: window.model_runner, made by set_action_runner.)
-    window.set_action_runner(runner)
     # The memory-pressure policy runs in the sampler's Collector (it decides on every
-    # snapshot and unloads on a thread of its own); the window applies the Auto-unload
-    # settings to it and shows its decisions.  It changes with the source, as the
-    # directory does.
-    window.set_policy(PolicyDriver(
-        lambda: sampler.policy, window.settings.auto_unload,
-        window))
+    # snapshot and unloads on a thread of its own); the controller applies the
+    # Auto-unload settings to it, again when the source (and so the runner) changes;
+    # its decisions arrive with the snapshots.
+    window.set_policy(PolicyDriver(lambda: sampler.policy, window.settings.auto_unload,
+                                   window))
 
     if screenshot:
         rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
@@ -118,9 +117,8 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
         rc = qt_app.exec()
         if instance is not None:
             instance.close()
-    runner.wait(2000)
-    if window.model_runner is not None:
-        window.model_runner.wait(2000)
+    controller.wait(2.0)
+    controller.core.close()
     if not sampler.stop():
         # A driver call that never returns (a GPU lost mid-call) keeps the
         # sampler thread busy; don't let it hold the app open or crash teardown.
@@ -159,7 +157,8 @@ def _desktop_shell(qt_app, window, sampler, store, themes):  # type: ignore[no-u
         dbus = DbusNotifier(qt_app)
     except ImportError:  # a Qt build without QtDBus (Windows, macOS wheels)
         dbus = None
-    shell = DesktopShell(qt_app, window, sampler, store, themes, dbus, autostart_for_platform())
+    shell = DesktopShell(qt_app, window, sampler, store, themes, dbus, autostart_for_platform(),
+                         controller=window.controller)
     sampler.snapshot_ready.connect(shell.on_snapshot)
     # The window's own Auto-unload control edits the same settings: keep them saved.
     window.auto_unload.settings_changed.connect(lambda _s: shell.save())

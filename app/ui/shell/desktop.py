@@ -24,14 +24,17 @@ from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app import APP_NAME
+from app.core.control.requests import FreeCache, UnloadIdle
+from app.core.control.targets import idle_models
 from app.core.monitor.samples import Snapshot
 from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
 from app.ui.agents.activity import ActivityEntry
 from app.ui.settings.dialog import GpuEntry, SettingsDialog
 from app.ui.settings.values import AlertSettings, UiSettings
+from app.ui.shell.controller import ControllerAdapter
 from app.ui.shell.notifier import Channel, Notifier, PlatformAnswers, choose_channel, probe_platform
 from app.ui.shell.tray import TrayController, gpu_line
-from app.ui.window.main_window import MainWindow, idle_models
+from app.ui.window.main_window import MainWindow
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +66,12 @@ class DesktopShell(QObject):
 
     def __init__(self, app: QApplication, window: MainWindow, sampler: Any = None,
                  store: Any = None, theme: Any = None, dbus: Any = None,
-                 autostart: Any = None, parent: QObject | None = None) -> None:
+                 autostart: Any = None, parent: QObject | None = None,
+                 controller: ControllerAdapter | None = None) -> None:
         super().__init__(parent or app)
         self.app = app
         self.window = window
+        self._controller = controller
         self.sampler = sampler
         self.store = store
         self.theme = theme
@@ -92,6 +97,12 @@ class DesktopShell(QObject):
         window.settings_requested.connect(self.open_settings)
         window.hint_banner.free_button.hide()
         self._apply_alert_settings()
+
+    @property
+    def controller(self) -> ControllerAdapter:
+        """Where the tray's and the notifications' actions go (the window's unless
+        one was given)."""
+        return self._controller if self._controller is not None else self.window.controller
 
     @property
     def settings(self) -> UiSettings:
@@ -181,8 +192,8 @@ class DesktopShell(QObject):
         snapshot = self._latest
         self.tray.update(snapshot)
         agents = len(snapshot.agents) if snapshot is not None and snapshot.agents else 0
-        self.tray.set_agent_actions(agents, len(idle_models(snapshot,
-                                                            self.settings.auto_unload)))
+        idle = idle_models(snapshot, self.settings.auto_unload.min_idle_s)
+        self.tray.set_agent_actions(agents, len(idle))
 
     def _alert(self, alert: Alert) -> None:
         channel = self.notifier.notify(alert)
@@ -204,13 +215,13 @@ class DesktopShell(QObject):
         raise_window(self.window)
 
     def free_caches(self, display_id: str = "") -> None:
-        if display_id:
-            self.window.free_all_caches(display_id)
-        else:
-            self.window.free_every_cache()
+        """Free the caches on GPU ``display_id`` (a notification's button), or of every
+        process with an agent ("" : the tray)."""
+        self.controller.submit(FreeCache.on_gpu(display_id) if display_id
+                               else FreeCache.everywhere())
 
     def unload_idle(self) -> None:
-        self.window.unload_idle_models()
+        self.controller.submit(UnloadIdle(self.settings.auto_unload.min_idle_s))
 
     def pause_alerts(self, paused: bool) -> None:
         if paused:

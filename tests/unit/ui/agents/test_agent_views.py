@@ -13,7 +13,9 @@ from PySide6.QtCore import Qt
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.types import AgentReport, DeviceMemory, FreeCacheResult, ModelInfo
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
-from app.ui.agents.agent_actions import AgentAction, AgentActionRunner
+from app.core.control.controller import AppController
+from app.core.control.records import CacheAction
+from app.ui.agents.agent_actions import cache_summary
 from app.ui.agents.agent_views import (
     MCOL_CLASS,
     MCOL_DEVICE,
@@ -123,9 +125,12 @@ class FakeDirectory(AgentDirectory):
 
 
 def with_runner(window, directory, settle_s=0.2):
-    runner = AgentActionRunner(directory, window, settle_s=settle_s)
-    window.set_action_runner(runner)
-    return runner
+    """Actions through a controller on ``directory`` (the window's adapter around it)."""
+    from app.ui.shell.controller import ControllerAdapter
+
+    controller = ControllerAdapter(AppController(directory, settle_s=settle_s), window)
+    window.set_controller(controller)
+    return controller
 
 
 def table_row(window, pid):
@@ -324,12 +329,12 @@ def test_run_gc(window, qtbot):
 def test_release_measurement_for_an_ended_process():
     gpus, _ = two_agents_on_gpu0()
     before = snap(gpus)
-    action = AgentAction.free([10], before, {10: "job10.py (10)"})
+    action = CacheAction.free([10], before, {10: "job10.py (10)"})
     action.results[10] = FreeCacheResult(10, True, freed=GiB)
     action.done_at = 100.0
     assert not action.measure(snap([gpu(0, proc(11, GiB))]), now=100.2, settle_s=0.5)
     assert action.measure(snap([gpu(0, proc(11, GiB))]), now=100.6, settle_s=0.5)
-    assert action.summary() == "job10.py (10): freed 1.0 GiB — NVML: the process has ended"
+    assert cache_summary(action) == "job10.py (10): freed 1.0 GiB — NVML: the process has ended"
 
 
 # -- detail view ------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.agents.types import ModelActionResult, ModelEvent, ModelInfo
 from app.core.policies.pressure import PolicyRunner
-from app.ui.agents import agent_views
+from app.ui.agents import model_list
 from app.ui.agents.agent_views import (
     MCOL_DEVICE,
     MCOL_IDLE,
@@ -154,7 +154,7 @@ def test_model_list_shows_states_and_figures(window):
     assert "never unloaded automatically" in rows["pipe.text_encoder"][MCOL_PINNED].data(
         Qt.ItemDataRole.ToolTipRole)
     # Badges for the delegate: (text, colour key, moving).
-    assert rows["pipe.vae"][MCOL_STATE].data(agent_views.MODEL_BADGE_ROLE) == (
+    assert rows["pipe.vae"][MCOL_STATE].data(model_list.MODEL_BADGE_ROLE) == (
         "Offloaded to CPU", "cpu", False)
     moving = [mi("m-unet", "pipe.unet", state="unloading", idle=600),
               mi("m-vae", "pipe.vae", state="reloading", to="cpu", idle=1)]
@@ -198,9 +198,9 @@ def test_detail_view_shows_training_evidence_placeholders_and_unknown_idle(windo
     tip = rows["stepped"][MCOL_NAME].data(Qt.ItemDataRole.ToolTipRole)
     assert "Training evidence: optimizer step 40 s ago" in tip
     assert "requires grad (blocks nothing)" in tip and "Unload anyway" in tip
-    assert text(rows, "stepped", agent_views.MCOL_MODE) == "eval"
+    assert text(rows, "stepped", model_list.MCOL_MODE) == "eval"
     assert "training evidence: optimizer step 40 s ago" in rows["stepped"][
-        agent_views.MCOL_MODE].data(Qt.ItemDataRole.ToolTipRole)
+        model_list.MCOL_MODE].data(Qt.ItemDataRole.ToolTipRole)
     select(view, "m1")
     assert view.model_result.text() == (
         "Not unloaded automatically: training evidence: optimizer step 40 s ago")
@@ -315,14 +315,14 @@ def test_unload_to_cpu_runs_off_the_gui_thread_with_progress_then_the_result(win
     # In flight: the row says so, its buttons are off, a progress bar runs.
     rows = model_rows(view)
     assert text(rows, "pipe.unet", MCOL_STATE) == "Unloading…"
-    assert rows["pipe.unet"][MCOL_STATE].data(agent_views.MODEL_BADGE_ROLE)[2] is True
+    assert rows["pipe.unet"][MCOL_STATE].data(model_list.MODEL_BADGE_ROLE)[2] is True
     assert not view.unload_cpu_button.isEnabled() and not view.reload_button.isEnabled()
     assert not view.pin_button.isEnabled()
     assert not view.model_progress.isHidden()
     assert "unloading pipe.unet to CPU…" in view.model_result.text()
     assert "unloading pipe.unet to CPU…" in window.action_label.text()
     fake.gate.set()
-    qtbot.waitUntil(lambda: not window.model_runner.running(), timeout=3000)
+    qtbot.waitUntil(lambda: not window.controller.running(), timeout=3000)
     assert fake.threads and threading.get_ident() not in fake.threads
     assert view.model_progress.isHidden()
     result = view.model_result.text()
@@ -357,13 +357,13 @@ def test_refusal_shows_the_reason_and_force_asks_first(window, qtbot, monkeypatc
     # Not overridable: the reason, no "Unload anyway".
     select(view, "m-unet")
     view.unload_cpu_button.click()
-    qtbot.waitUntil(lambda: not window.model_runner.running() and bool(fake.calls), timeout=3000)
+    qtbot.waitUntil(lambda: not window.controller.running() and bool(fake.calls), timeout=3000)
     assert view.model_result.text().startswith("Refused: torch.compile")
     assert view.force_button.isHidden()
 
     select(view, "m-train")
     view.unload_disk_button.click()
-    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.model_runner.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.running(),
                     timeout=3000)
     assert view.model_result.text().startswith("Refused: training evidence: train mode")
     assert "#D55E00" in view.model_result.styleSheet()
@@ -387,7 +387,7 @@ def test_refusal_shows_the_reason_and_force_asks_first(window, qtbot, monkeypatc
 
     monkeypatch.setattr(QMessageBox, "warning", answer(QMessageBox.StandardButton.Yes))
     view.force_button.click()
-    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.model_runner.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.controller.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("unload", 20, "m-train", "disk", True, "manual")
     assert "(forced)" in view.model_result.text()
@@ -400,17 +400,17 @@ def test_reload_and_pin_call_the_directory(window, qtbot):
     view = window.open_details(20)
     select(view, "m-vae")
     view.reload_button.click()
-    qtbot.waitUntil(lambda: bool(fake.calls) and not window.model_runner.running(), timeout=3000)
+    qtbot.waitUntil(lambda: bool(fake.calls) and not window.controller.running(), timeout=3000)
     assert fake.calls == [("reload", 20, "m-vae")]
     assert view.model_result.text().startswith("reloaded pipe.vae: moved 1.6 GiB, 0.4 s")
     select(view, "m-unet")
     view.pin_button.click()
-    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.model_runner.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("pin", 20, "m-unet", True)
     select(view, "m-text")
     view.pin_button.click()  # "Unpin"
-    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.model_runner.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.controller.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("pin", 20, "m-text", False)
     assert "unpinned pipe.text_encoder" in window.action_label.text()
@@ -425,14 +425,14 @@ def test_idle_timer_control_sets_seconds_and_none(window, qtbot):
     assert not view.idle_box.isChecked() and view.idle_state.text() == "(agent: off)"
     view.idle_spin.setValue(45)  # off: changing the minutes sends nothing
     view.idle_box.setChecked(True)
-    qtbot.waitUntil(lambda: bool(fake.calls) and not window.model_runner.running(), timeout=3000)
+    qtbot.waitUntil(lambda: bool(fake.calls) and not window.controller.running(), timeout=3000)
     assert fake.calls == [("idle", 20, 45 * 60.0)]
     assert threading.get_ident() not in fake.threads
     # The agent now reports 45 min: shown, and followed.
     window.on_snapshot(notebook_snap(t=11.0, idle_unload_s=2700.0))
     assert view.idle_state.text() == "(agent: 45 min)" and view.idle_box.isChecked()
     view.idle_box.setChecked(False)
-    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.model_runner.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("idle", 20, None)
     # Another value reported by the agent (set elsewhere) is taken over, not sent back.
@@ -606,13 +606,12 @@ def test_demo_pressure_policy_end_to_end(window, qtbot):
     pipeline when GPU 0 fills up; the window shows the decision, events and markers."""
     from app.core.agents.demo import DemoAgents
     from app.core.monitor.collector import Collector
-    from app.ui.agents.agent_actions import AgentActionRunner
     from tests.unit.ui.conftest import DemoFeed
 
     feed = DemoFeed()
     agents = DemoAgents(feed.source)
     feed.collector = Collector(feed.source, agents=agents)
-    window.set_action_runner(AgentActionRunner(agents, window))
+    with_runner(window, agents)
     window.set_policy(PolicyDriver(lambda: feed.collector.policy))
     for _ in range(60):
         feed.step(window, 10)

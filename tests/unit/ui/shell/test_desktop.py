@@ -235,9 +235,12 @@ def test_apply_settings_applies_live_and_saves(shell_parts):
 def test_tray_menu_free_and_unload_reach_the_window(shell_parts, monkeypatch):
     shell, window, *_ = shell_parts
     shell.start(answers=TRAY_LINUX)
+    from app.core.control.requests import FreeCache, UnloadIdle
+
     calls = []
-    monkeypatch.setattr(window, "free_every_cache", lambda: calls.append("free"))
-    monkeypatch.setattr(window, "unload_idle_models", lambda: calls.append("unload"))
+    sent = {FreeCache.everywhere(): "free",
+            UnloadIdle(window.settings.auto_unload.min_idle_s): "unload"}
+    monkeypatch.setattr(window.controller, "submit", lambda req: calls.append(sent[req]))
     shell.tray.free_caches_requested.emit()
     shell.tray.unload_idle_requested.emit()
     assert calls == ["free", "unload"]
@@ -246,14 +249,13 @@ def test_tray_menu_free_and_unload_reach_the_window(shell_parts, monkeypatch):
 def test_tray_frees_caches_and_unloads_idle_models_of_the_demo_agents(shell_parts, qtbot):
     """The tray's two actions end to end, against the demo's simulated agents."""
     from app.core.agents.demo import DemoAgents
-    from app.ui.agents.agent_actions import AgentActionRunner
+    from tests.unit.ui.agents.test_agent_views import with_runner
     from tests.unit.ui.conftest import DemoFeed
 
     shell, window, *_ = shell_parts
     feed = DemoFeed()
     feed.collector.agents = DemoAgents(feed.source)
-    window.set_action_runner(AgentActionRunner(lambda: feed.collector.agents, window,
-                                               settle_s=0.0))
+    runner = with_runner(window, lambda: feed.collector.agents, settle_s=0.0)
     shell.start(answers=TRAY_LINUX)
     _feed(shell, feed, 5)
     snap = window.latest
@@ -271,9 +273,8 @@ def test_tray_frees_caches_and_unloads_idle_models_of_the_demo_agents(shell_part
     assert action.freed > 0
 
     finished = []
-    window.model_runner.action_finished.connect(finished.append)
+    runner.finished.connect(finished.append)
     shell.tray.unload_action.trigger()
-    runner = window.model_runner
     qtbot.waitUntil(lambda: bool(finished) and not runner.busy_models(), timeout=5000)
     _feed(shell, feed, 1)
     after = window.latest

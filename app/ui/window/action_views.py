@@ -1,0 +1,254 @@
+"""The main window's part in actions: it sends requests to the controller and
+renders what comes back (status bar, GPU panels, the detail view).
+
+No verb's logic lives here: the controller
+(:class:`app.ui.shell.controller.ControllerAdapter` around
+:class:`app.core.control.controller.AppController`) validates each request,
+keeps the busy set, runs it off the GUI thread and measures NVML before and
+after.  :class:`ActionViews` is mixed into :class:`MainWindow`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.core.control.records import FREE, IDLE_TTL, CacheAction, ModelAction
+from app.core.control.requests import (
+    CollectGarbage,
+    FreeCache,
+    Pin,
+    Reload,
+    Request,
+    SetIdleUnload,
+    Unload,
+    UnloadIdle,
+)
+from app.core.control.targets import label_of
+from app.core.monitor.samples import Snapshot
+from app.ui.agents.activity import ActivityEntry, reason_text
+from app.ui.agents.agent_actions import cache_details, cache_failed, cache_summary, panel_text
+from app.ui.agents.agent_views import ProcessDetailView
+from app.ui.agents.model_actions import model_summary
+from app.ui.shell.controller import ControllerAdapter
+from app.ui.style import palette as pal
+
+
+class ActionViews:
+    """Requests out, results in; mixed into the main window (its widgets are ``self``'s)."""
+
+    controller: ControllerAdapter
+    details: ProcessDetailView | None
+    #: The last finished or running free / gc (its summary is the status bar's text).
+    last_action: CacheAction | None
+    _latest: Snapshot | None
+    _panels: dict[str, Any]
+
+    # -- the controller ----------------------------------------------------------------------
+    def set_controller(self, controller: ControllerAdapter) -> None:
+        """Send requests to ``controller`` and render its results.  Without an agent
+        directory (the default) the agent figures are shown but the action buttons
+        stay disabled."""
+        old = getattr(self, "controller", None)
+        if old is not None:
+            for sig, slot in ((old.started, self._on_started), (old.progress, self._on_progress),
+                              (old.finished, self._on_finished),
+                              (old.measured, self._on_measured)):
+                sig.disconnect(slot)
+        self.controller = controller
+        controller.started.connect(self._on_started)
+        controller.progress.connect(self._on_progress)
+        controller.finished.connect(self._on_finished)
+        controller.measured.connect(self._on_measured)
+        policy = getattr(self, "policy", None)
+        if policy is not None:
+            self.set_policy(policy)
+        if self._latest is not None:
+            controller.on_snapshot(self._latest)
+        self._refresh_agent_widgets()
+
+    def submit(self, request: Request) -> Any:
+        """The controller's record(s) of ``request``; None when refused (nothing to
+        do, busy, unknown process)."""
+        return self.controller.submit(request)
+
+    # -- verbs (one line each: the logic is the controller's) --------------------------------
+    def free_cache(self, pid: int) -> CacheAction | None:
+        """Empty the PyTorch cache of process ``pid`` (off the GUI thread)."""
+        return self.submit(FreeCache.of(pid))
+
+    def free_all_caches(self, display_id: str) -> CacheAction | None:
+        """Empty the cache of every agent process on GPU ``display_id``, one after another."""
+        return self.submit(FreeCache.on_gpu(display_id))
+
+    def free_every_cache(self) -> CacheAction | None:
+        """Empty the cache of every process with an agent, on every GPU ("Free all caches")."""
+        return self.submit(FreeCache.everywhere())
+
+    def run_gc(self, pid: int) -> CacheAction | None:
+        return self.submit(CollectGarbage(pid))
+
+    def unload_idle_models(self) -> list[ModelAction]:
+        """Unload, now, every model the auto-unload rules call idle (whatever the GPU's
+        level): models idle at least the policy's minimum, not pinned, not training."""
+        return self.submit(UnloadIdle(self.settings.auto_unload.min_idle_s)) or []
+
+    def unload_model(self, pid: int, model: str, to: str = "cpu", force: bool = False,
+                     reason: str = "manual", name: str | None = None,
+                     device: str | None = None, size: int | None = None) -> ModelAction | None:
+        return self.submit(Unload(pid, model, to, force, reason, name, device, size))
+
+    def reload_model(self, pid: int, model: str, name: str | None = None,
+                     device: str | None = None) -> ModelAction | None:
+        return self.submit(Reload(pid, model, name, device))
+
+    def pin_model(self, pid: int, model: str, pinned: bool, name: str | None = None
+                  ) -> ModelAction | None:
+        return self.submit(Pin(pid, model, pinned, name))
+
+    def set_idle_unload(self, pid: int, seconds: float | None) -> ModelAction | None:
+        """The idle timer of the agent in ``pid`` (None: off), off the GUI thread."""
+        return self.submit(SetIdleUnload(pid, seconds))
+
+    # -- the detail view ------------------------------------------------------------------------
+    def open_details(self, pid: int) -> ProcessDetailView:
+        """Show the detail view of process ``pid`` (non-modal; follows snapshots)."""
+        if self.details is None:
+            self.details = ProcessDetailView(self)
+            self.details.request.connect(self.submit)
+        view = self.details
+        view.set_process(pid)
+        if self._latest is not None:
+            busy = pid in self.controller.busy_pids()
+            self._update_details(self._latest, busy, self.controller.available)
+        if self.last_action is not None and pid in self.last_action.pids:
+            self._show_in_details(self.last_action)
+        view.show()
+        view.raise_()
+        return view
+
+    def _process_label(self, pid: int) -> str:
+        return label_of(self._latest, pid)
+
+    def _on_details_button(self) -> None:
+        agent = self.table.selected_agent()
+        if agent is not None:
+            self.open_details(agent.pid)
+
+    def _update_details_button(self) -> None:
+        enabled = self.table.selected_agent() is not None
+        if self.details_button.isEnabled() != enabled:
+            self.details_button.setEnabled(enabled)
+
+    def _update_details(self, snapshot: Snapshot, busy: bool, can_act: bool) -> None:
+        view = self.details
+        if view is None or view.pid is None:
+            return
+        pid = view.pid
+        pending: dict[str, ModelAction] = {}
+        idle_pending = False
+        for a in self.controller.pending_models(pid):
+            if a.kind == IDLE_TTL:
+                idle_pending = True
+            elif a.model is not None:
+                pending[a.model] = a
+        for (p, m), d in self._policy_pending.items():
+            if p == pid and m not in pending:
+                pending[m] = self._policy_action(d, p, m)
+        last = self.controller.last_model_actions(pid)
+        view.update_snapshot(snapshot, busy, can_act, pending, last, idle_pending)
+
+    # -- results --------------------------------------------------------------------------------
+    def _on_started(self, action: CacheAction | ModelAction) -> None:
+        if isinstance(action, CacheAction):
+            self._on_action_update(action)
+        else:
+            if action.reason != "pressure":
+                self._status(model_summary(action))
+            self._refresh_agent_widgets()
+
+    def _on_progress(self, action: CacheAction, _pid: int) -> None:
+        self._on_action_update(action)
+
+    def _on_finished(self, action: CacheAction | ModelAction) -> None:
+        if isinstance(action, CacheAction):
+            self._on_action_update(action)
+        else:
+            self._on_model_finished(action)
+
+    def _on_measured(self, action: CacheAction | ModelAction) -> None:
+        if isinstance(action, CacheAction):
+            self._show_action(action)
+        elif (self.controller.last_model_actions(action.pid).get(action.model or "") is action
+              and action.reason != "pressure"):
+            self._status(model_summary(action))
+
+    def _on_action_update(self, action: CacheAction) -> None:
+        self.last_action = action
+        self._show_action(action)
+        self._refresh_agent_widgets()
+
+    def _show_action(self, action: CacheAction) -> None:
+        """Put an action's outcome in the status bar, its GPU panel and the detail view."""
+        text = cache_summary(action)
+        details = "\n".join(cache_details(action))
+        label = self.action_label
+        label.setText(text)
+        label.setToolTip(details)
+        crit = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
+        label.setStyleSheet(f"color: {crit};" if cache_failed(action) else "")
+        if action.display_id is not None and action.display_id in self._panels:
+            self._panels[action.display_id].agent_section.set_result(
+                panel_text(action), f"{text}\n{details}")
+        self._show_in_details(action)
+
+    def _show_in_details(self, action: CacheAction) -> None:
+        view = self.details
+        if view is None or view.pid not in action.pids:
+            return
+        lines = cache_details(action)
+        if len(action.pids) == 1:
+            text = cache_summary(action)
+        else:
+            line = next((t for t in lines if t.startswith(action.label(view.pid) + ":")), "")
+            text = (f"{line} — part of “Free all caches” on GPU {action.display_id}"
+                    if line else cache_summary(action))
+        r = action.results.get(view.pid)
+        error = (r is not None and not r.ok) or (action.kind != FREE and action.done
+                                                and bool(action.errors))
+        view.show_result(text, "\n".join(lines), error=error)
+
+    def _on_model_finished(self, action: ModelAction) -> None:
+        if not action.ok and action.kind != IDLE_TTL:
+            kind = "refusal" if action.refused else "event"
+            event = (f"Refused: {action.kind}" if action.refused
+                     else f"{action.kind.capitalize()} failed")
+            self._add_activity(ActivityEntry(
+                time.time(), action.label, action.who(), event, reason_text(action.reason),
+                detail=model_summary(action), error=True, kind=kind))
+        elif action.kind == IDLE_TTL:
+            self._add_activity(ActivityEntry(
+                time.time(), action.label, "", "Idle timer",
+                model_summary(action, with_process=False), detail=model_summary(action),
+                error=not action.ok, kind="setting"), count=False)
+        self._status(model_summary(action),
+                     error=action.done and not action.ok)
+        self._refresh_agent_widgets()
+
+    def _refresh_agent_widgets(self) -> None:
+        """Button states right away (not only at the next snapshot)."""
+        snap = self._latest
+        if snap is None:
+            return
+        busy = self.controller.busy_pids()
+        can_act = self.controller.available
+        for gpu in snap.gpus:
+            panel = self._panels.get(gpu.display_id)
+            if panel is not None and snap.agents:
+                panel.update_agents(gpu, snap.agents,
+                                    any(p.pid in busy for p in gpu.processes), can_act)
+        if self.details is not None and self.details.isVisible():
+            self._update_details(snap, self.details.pid in busy, can_act)
+
+
+__all__ = ["ActionViews"]

@@ -1,0 +1,176 @@
+"""The main window's Activity tab and status line for what arrives with the
+snapshots: model events (markers, log rows) and the pressure policy's
+decisions; and the Auto-unload control, whose settings go to the controller.
+
+:class:`ActivityViews` is mixed into :class:`MainWindow`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.core.agents.events import DecisionUpdate, ModelEventRecord, target_text
+from app.core.control.records import UNLOAD, ModelAction
+from app.core.control.requests import SetAutoUnload
+from app.core.monitor.samples import Snapshot
+from app.ui.agents.activity import ActivityEntry, reason_text
+from app.ui.settings.values import AutoUnloadSettings
+from app.ui.style import palette as pal
+from app.ui.style.format import fmt_bytes, fmt_fraction
+
+
+def auto_unload_request(settings: AutoUnloadSettings) -> SetAutoUnload:
+    s = settings.normalised()
+    return SetAutoUnload(s.enabled, s.threshold, s.rearm, s.min_idle_s, s.min_interval_s)
+
+
+class ActivityViews:
+    """Events and decisions rendered; mixed into the main window."""
+
+    _latest: Snapshot | None
+    #: The GUI's handle on the app's memory-pressure policy (set_policy): where the
+    #: controller finds the PolicyRunner the Auto-unload settings apply to.
+    policy: Any
+
+    # -- the pressure policy's settings -------------------------------------------------------
+    def set_policy(self, driver: Any) -> None:
+        """The app's memory-pressure policy (``driver.runner()`` returns its PolicyRunner):
+        the Auto-unload control edits its settings through the controller; its
+        decisions arrive with the snapshots."""
+        self.policy = driver
+        core = self.controller.core
+        core.set_policy_runner(driver.runner if driver is not None else None)
+        self.controller.submit(auto_unload_request(self.settings.auto_unload))
+        self.auto_unload.set_available(driver is not None and driver.available,
+                                       (core.policy_error or "") if driver is not None else "")
+
+    def set_auto_unload(self, settings: AutoUnloadSettings) -> None:
+        """New auto-unload settings (from the control, or restored from storage)."""
+        self.settings.auto_unload = settings.normalised()
+        if self.auto_unload.settings() != self.settings.auto_unload:
+            self.auto_unload.set_settings(self.settings.auto_unload)
+        self.controller.submit(auto_unload_request(self.settings.auto_unload))
+        self._add_activity(ActivityEntry(
+            time.time(), "", "", "Auto-unload " + ("on" if settings.enabled else "off"),
+            self.settings.auto_unload.summary().removeprefix("Auto-unload: ")
+            if settings.enabled else "", kind="setting",
+            detail=self.auto_unload.toolTip().split("\n\nClick")[0]), count=False, coalesce=True)
+
+    # -- decisions ---------------------------------------------------------------------------------
+    def _on_policy_decision(self, update: DecisionUpdate) -> None:
+        """A pressure-policy decision, new or with its results."""
+        d = update.decision
+        from app.core.policies import pressure as pp
+
+        did = next((g.display_id for g in (self._latest.gpus if self._latest else ())
+                    if (d.gpu_uuid and g.uuid == d.gpu_uuid) or
+                    (not d.gpu_uuid and g.index == d.gpu)), str(d.gpu))
+        gpu = f"GPU {did}"
+        for a in d.actions:
+            if d.done:
+                self._policy_pending.pop((a.pid, a.model), None)
+            else:
+                self._policy_pending[(a.pid, a.model)] = d
+        if d.kind == pp.UNLOAD:
+            names = ", ".join(f"{a.name} ({fmt_bytes(a.bytes)})" for a in d.actions)
+            if not d.done:
+                text = (f"Auto-unload: {gpu} at {fmt_fraction(d.fraction)} ≥ "
+                        f"{fmt_fraction(self.settings.auto_unload.threshold)}: unloading {names}")
+            else:
+                ok = sum(1 for r in d.results if r.ok)
+                failed = [r for r in d.results if not r.ok]
+                text = (f"Auto-unload: {gpu}: unloaded {ok} of {len(d.actions)} "
+                        f"({names}), released {fmt_bytes(d.bytes_released)}")
+                if failed:
+                    text += f"; {failed[0].model}: {failed[0].error or failed[0].code}"
+            self._status(text, d.reason, error=d.done and not any(r.ok for r in d.results))
+            for a in (d.actions if update.new else ()):  # (it may arrive already done)
+                self._add_activity(ActivityEntry(
+                    d.time, self._process_label(a.pid), a.name, "Decided: unload",
+                    reason_text("pressure"), detail=f"{gpu}: {d.reason}", kind="decision"))
+            if d.done:
+                for r in d.results:
+                    if not r.ok:
+                        a = next((x for x in d.actions if x.model == r.model), None)
+                        self._add_activity(ActivityEntry(
+                            time.time(), self._process_label(r.pid), a.name if a else r.model,
+                            "Refused: unload" if r.code == "refused" else "Unload failed",
+                            reason_text("pressure"), detail=f"{r.error or r.code}",
+                            error=True, kind="refusal"))
+        elif d.kind == pp.NOTHING_ELIGIBLE:
+            text = f"Auto-unload: {gpu} at {fmt_fraction(d.fraction)}, nothing eligible to unload"
+            self._status(text, d.reason)
+            self._add_activity(ActivityEntry(d.time, "", "", f"{gpu}: nothing to unload",
+                                             reason_text("pressure"), detail=d.reason,
+                                             kind="decision"), count=False, coalesce=True)
+        else:  # deferred: the log only
+            self._add_activity(ActivityEntry(d.time, "", "", f"{gpu}: deferred",
+                                             reason_text("pressure"), detail=d.reason,
+                                             kind="decision"), count=False, coalesce=True)
+        if d.actions:
+            self._refresh_agent_widgets()
+
+    def _policy_action(self, d: Any, pid: int, model: str) -> ModelAction:
+        """A policy unload in flight, as the detail view shows a pending action."""
+        key = (pid, model, d.seq)
+        action = self._policy_actions.get(key)
+        if action is None:
+            a = next((x for x in d.actions if x.model == model), None)
+            runner = self.policy.runner() if self.policy is not None else None
+            to = getattr(getattr(runner, "config", None), "target", "cpu")
+            action = ModelAction(UNLOAD, pid, model, a.name if a else model, to=to,
+                                 reason="pressure", size=a.bytes if a else None,
+                                 label=self._process_label(pid))
+            if len(self._policy_actions) > 64:
+                self._policy_actions.clear()
+            self._policy_actions[key] = action
+        return action
+
+    # -- model events ---------------------------------------------------------------------------
+    def _on_model_events(self, records: tuple[ModelEventRecord, ...]) -> None:
+        """New unload / reload events: the Activity log, markers, the status bar."""
+        for rec in records:
+            self.markers.add(rec)
+            ev = rec.event
+            label = self._process_label(rec.pid)
+            if ev.action == "unload":
+                what = f"Unloaded → {target_text(ev.target)}" if ev.ok else "Unload failed"
+            else:
+                what = "Reloaded" if ev.ok else "Reload failed"
+            self._add_activity(ActivityEntry(
+                rec.time, label, ev.name, what, reason_text(ev.reason),
+                ev.bytes_released if ev.action == "unload" else None, ev.seconds,
+                detail=f"{label}: {rec.text}" + (f" on GPU {rec.display_id}"
+                                                  if rec.display_id else ""),
+                error=not ev.ok))
+            if ev.reason != "manual":
+                self._status(f"{label}: {rec.text}", error=not ev.ok)
+        # Markers: draw the changed panels at the next refresh.
+        self._dirty = True
+
+    # -- the Activity tab and the status line -------------------------------------------------
+    def add_activity(self, entry: ActivityEntry) -> None:
+        self._add_activity(entry)
+
+    def _add_activity(self, entry: ActivityEntry, count: bool = True,
+                      coalesce: bool = False) -> None:
+        self.activity.add(entry, coalesce)
+        if count and self.lower_tabs.currentWidget() is not self.activity:
+            self._unseen_activity += 1
+            self.lower_tabs.setTabText(self.lower_tabs.indexOf(self.activity),
+                                       f"Activity ({self._unseen_activity})")
+
+    def _on_tab_changed(self, index: int) -> None:
+        if self.lower_tabs.widget(index) is self.activity and self._unseen_activity:
+            self._unseen_activity = 0
+            self.lower_tabs.setTabText(index, "Activity")
+
+    def _status(self, text: str, tooltip: str = "", error: bool = False) -> None:
+        self.action_label.setText(text)
+        self.action_label.setToolTip(tooltip or text)
+        crit = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
+        self.action_label.setStyleSheet(f"color: {crit};" if error else "")
+
+
+__all__ = ["ActivityViews", "auto_unload_request"]
