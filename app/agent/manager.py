@@ -397,9 +397,6 @@ class Manager:
         self.ticking = False
         self.retired.drop_later(True)
 
-    def _drop_retired(self, everything: bool = False) -> None:
-        self.retired.drop(everything)
-
     # -- agent tick -----------------------------------------------------------------
     def tick(self) -> None:
         self.retired.drop()

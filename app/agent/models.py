@@ -159,7 +159,6 @@ class ModelTracker:
         self._group_due = False
         self._group_last = 0.0
         self.scan_seconds: float | None = None
-        self.scanned_objects = 0
         self._last_scan = -1e9
         self.hooks = False  # the global registration hooks feed this tracker
         self.placement = _placement.Placement(self.add, _never, None, self.guard)
@@ -204,7 +203,7 @@ class ModelTracker:
         found, count, seconds = _placement.scan_modules(torch)
         placed = self.placement.attach_existing(found)
         del found
-        self.scan_seconds, self.scanned_objects = seconds, count
+        self.scan_seconds = seconds
         self._last_scan = time.monotonic()
         _log.log("module scan: %d objects, %.3f s, hooks on %d modules" % (count, seconds, placed))
 
@@ -227,7 +226,7 @@ class ModelTracker:
                 self.add(m)
             except TypeError:
                 pass
-        self.scan_seconds, self.scanned_objects = seconds, count
+        self.scan_seconds = seconds
         self._last_scan = time.monotonic()
 
     def _root_died(self, _ref: Any) -> None:

@@ -91,23 +91,3 @@ def remove_entry(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def read_entries(directory: str) -> list[dict[str, Any]]:
-    """Every readable ``<pid>.json`` in ``directory``; malformed files skipped."""
-    out: list[dict[str, Any]] = []
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return out
-    for name in names:
-        if not name.endswith(".json") or not name[:-5].isdigit():
-            continue
-        try:
-            with open(os.path.join(directory, name), "rb") as f:
-                value = json.loads(f.read(1024 * 1024).decode("utf-8"))
-        except Exception:
-            continue
-        if isinstance(value, dict) and isinstance(value.get("pid"), int):
-            out.append(value)
-    return out

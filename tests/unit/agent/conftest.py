@@ -101,6 +101,27 @@ def registry_dir(runtime: str) -> str:
     return os.path.join(runtime, "agents")
 
 
+def read_entries(directory: str) -> list[dict]:
+    """Every readable ``<pid>.json`` in ``directory`` (what the app's hub
+    lists); malformed files skipped."""
+    out: list[dict] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(".json") or not name[:-5].isdigit():
+            continue
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                value = json.loads(f.read(1024 * 1024).decode("utf-8"))
+        except Exception:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("pid"), int):
+            out.append(value)
+    return out
+
+
 def wait_entry(runtime: str, pid: int, timeout: float = 30.0) -> dict:
     path = os.path.join(registry_dir(runtime), "%d.json" % pid)
     deadline = time.monotonic() + timeout
@@ -214,6 +235,6 @@ def live():
     yield types.SimpleNamespace(tracker=tracker, manager=mgr, refresh=refresh, listed=listed)
     tracker.deactivate()
     tracker.release()
-    mgr._drop_retired(True)  # no timer of this test may reach the next
+    mgr.retired.drop(everything=True)  # no timer of this test may reach the next
     models._ACTIVE = previous  # an agent this module started keeps being fed
     integrations._STEP_HOOK[:] = previous_steps or integrations._STEP_HOOK

@@ -6,9 +6,16 @@ import signal
 import subprocess
 import time
 
-from app.agent.registry import read_entries
-
-from .conftest import PYTHON, Client, agent_env, registry_dir, short_tmpdir, wait_entry, wait_line
+from .conftest import (
+    PYTHON,
+    Client,
+    agent_env,
+    read_entries,
+    registry_dir,
+    short_tmpdir,
+    wait_entry,
+    wait_line,
+)
 
 
 def test_training_child_report_matches_its_own_numbers(training_child):

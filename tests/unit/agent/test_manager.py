@@ -75,7 +75,7 @@ def env():
 
     yield types.SimpleNamespace(tracker=tracker, manager=manager, track=track, emitted=emitted)
     tracker.release()
-    manager._drop_retired(True)  # no timer of this test may reach the next
+    manager.retired.drop(everything=True)  # no timer of this test may reach the next
 
 
 def hook_ids(model):

@@ -55,7 +55,7 @@ def setup(tmp_path, monkeypatch):
     params = [id(p) for p in model.parameters()]
     yield model, mid, mgr, params
     tracker.release()
-    mgr._drop_retired(True)  # no timer of this test may reach the next
+    mgr.retired.drop(everything=True)  # no timer of this test may reach the next
 
 
 def unload(mgr, mid):

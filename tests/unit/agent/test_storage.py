@@ -28,7 +28,7 @@ def env(tmp_path, monkeypatch):
     mgr = manager.Manager(tracker)
     yield tracker, mgr
     tracker.release()
-    mgr._drop_retired(True)  # no timer of this test may reach the next
+    mgr.retired.drop(everything=True)  # no timer of this test may reach the next
 
 
 def frozen_mlp():

@@ -38,7 +38,7 @@ def env(tmp_path, monkeypatch):
     mgr = mgr_mod.Manager(tracker, lambda name, data: emitted.append((name, data)))
     yield tracker, mgr, str(cache / "vram-steward" / "offload"), emitted
     tracker.release()
-    mgr._drop_retired(True)  # no timer of this test may reach the next
+    mgr.retired.drop(everything=True)  # no timer of this test may reach the next
 
 
 def mlp(width: int = 16) -> nn.Module:
