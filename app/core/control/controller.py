@@ -147,10 +147,6 @@ class AppController:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def unsubscribe(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
     def set_wake(self, wake: Callable[[], None] | None) -> None:
         """``wake`` is called on a worker thread once an answer is queued."""
         self._wake = wake

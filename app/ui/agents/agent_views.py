@@ -90,7 +90,6 @@ class ProcessDetailView(ModelControls, QDialog):
         self.resize(1180, 640)
         self.pid: int | None = None
         self.report: AgentReport | None = None
-        self.cache_total: int | None = None
         self._label = ""
 
         outer = QVBoxLayout(self)
@@ -190,7 +189,6 @@ class ProcessDetailView(ModelControls, QDialog):
         self.idle_box.toggled.connect(self._on_idle_toggled)
         self.idle_spin.valueChanged.connect(self._on_idle_minutes)
         self._idle_sent: object = ...  # last value asked for (... = none yet)
-        self._idle_pending = False
 
         self.model_model = ModelListModel(self)
         self.model_proxy = QSortFilterProxyModel(self)
@@ -317,7 +315,6 @@ class ProcessDetailView(ModelControls, QDialog):
             self.result_label.setToolTip("")
             self._selected_id = None
             self._idle_sent = ...
-            self._idle_pending = False
             self.model_model.set_models((), 0.0)
 
     @property
@@ -407,7 +404,6 @@ class ProcessDetailView(ModelControls, QDialog):
         if report is not None and not rows:
             # Not on a GPU in this sample: the allocator's own figures still say what is cached.
             cache = _sum_known(d.cache for d in report.devices)
-        self.cache_total = cache
 
         models = report.models if report else ()
         # "Last used" against the agent's own clock at the report (same host clock).

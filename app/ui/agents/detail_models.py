@@ -189,7 +189,6 @@ class ModelControls:
 
     # -- idle timer ---------------------------------------------------------------------------
     def _update_idle(self, report: AgentReport | None, pending: bool) -> None:
-        self._idle_pending = pending
         can = report is not None and self._can_act
         self.idle_box.setEnabled(can and not pending)
         current = report.idle_unload_s if report is not None else None

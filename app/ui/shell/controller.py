@@ -22,7 +22,7 @@ from app.core.control.controller import (
     AppController,
     Update,
 )
-from app.core.control.records import Action, ModelAction
+from app.core.control.records import ModelAction
 from app.core.control.requests import Request, RequestError
 from app.core.monitor.samples import Snapshot
 
@@ -62,18 +62,8 @@ class ControllerAdapter(QObject):
     def available(self) -> bool:
         return self.core.available
 
-    @property
-    def settle_s(self) -> float:
-        return self.core.settle_s
-
     def busy_pids(self) -> set[int]:
         return self.core.busy_pids()
-
-    def busy_models(self) -> set[tuple[int, str | None]]:
-        return self.core.busy_models()
-
-    def running(self) -> list[Action]:
-        return self.core.running()
 
     def pending_models(self, pid: int) -> list[ModelAction]:
         return self.core.pending_models(pid)
@@ -86,11 +76,6 @@ class ControllerAdapter(QObject):
 
     def wait(self, timeout_s: float = 3.0) -> bool:
         return self.core.wait(timeout_s)
-
-    def detach(self) -> None:
-        """Stop relaying (the adapter is replaced or going away)."""
-        self.core.unsubscribe(self._relay)
-        self.core.set_wake(None)
 
     # -- internals ----------------------------------------------------------------------------
     def _wake(self) -> None:  # on a worker thread

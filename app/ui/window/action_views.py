@@ -15,14 +15,8 @@ from typing import Any
 
 from app.core.control.records import FREE, IDLE_TTL, CacheAction, ModelAction
 from app.core.control.requests import (
-    CollectGarbage,
     FreeCache,
-    Pin,
-    Reload,
     Request,
-    SetIdleUnload,
-    Unload,
-    UnloadIdle,
 )
 from app.core.control.targets import label_of
 from app.core.monitor.samples import Snapshot
@@ -72,7 +66,7 @@ class ActionViews:
         do, busy, unknown process)."""
         return self.controller.submit(request)
 
-    # -- verbs (one line each: the logic is the controller's) --------------------------------
+    # -- verbs the panels send (one line each: the logic is the controller's) ---------------
     def free_cache(self, pid: int) -> CacheAction | None:
         """Empty the PyTorch cache of process ``pid`` (off the GUI thread)."""
         return self.submit(FreeCache.of(pid))
@@ -80,35 +74,6 @@ class ActionViews:
     def free_all_caches(self, display_id: str) -> CacheAction | None:
         """Empty the cache of every agent process on GPU ``display_id``, one after another."""
         return self.submit(FreeCache.on_gpu(display_id))
-
-    def free_every_cache(self) -> CacheAction | None:
-        """Empty the cache of every process with an agent, on every GPU ("Free all caches")."""
-        return self.submit(FreeCache.everywhere())
-
-    def run_gc(self, pid: int) -> CacheAction | None:
-        return self.submit(CollectGarbage(pid))
-
-    def unload_idle_models(self) -> list[ModelAction]:
-        """Unload, now, every model the auto-unload rules call idle (whatever the GPU's
-        level): models idle at least the policy's minimum, not pinned, not training."""
-        return self.submit(UnloadIdle(self.settings.auto_unload.min_idle_s)) or []
-
-    def unload_model(self, pid: int, model: str, to: str = "cpu", force: bool = False,
-                     reason: str = "manual", name: str | None = None,
-                     device: str | None = None, size: int | None = None) -> ModelAction | None:
-        return self.submit(Unload(pid, model, to, force, reason, name, device, size))
-
-    def reload_model(self, pid: int, model: str, name: str | None = None,
-                     device: str | None = None) -> ModelAction | None:
-        return self.submit(Reload(pid, model, name, device))
-
-    def pin_model(self, pid: int, model: str, pinned: bool, name: str | None = None
-                  ) -> ModelAction | None:
-        return self.submit(Pin(pid, model, pinned, name))
-
-    def set_idle_unload(self, pid: int, seconds: float | None) -> ModelAction | None:
-        """The idle timer of the agent in ``pid`` (None: off), off the GUI thread."""
-        return self.submit(SetIdleUnload(pid, seconds))
 
     # -- the detail view ------------------------------------------------------------------------
     def open_details(self, pid: int) -> ProcessDetailView:

@@ -322,7 +322,7 @@ def test_unload_to_cpu_runs_off_the_gui_thread_with_progress_then_the_result(win
     assert "unloading pipe.unet to CPU…" in view.model_result.text()
     assert "unloading pipe.unet to CPU…" in window.action_label.text()
     fake.gate.set()
-    qtbot.waitUntil(lambda: not window.controller.running(), timeout=3000)
+    qtbot.waitUntil(lambda: not window.controller.core.running(), timeout=3000)
     assert fake.threads and threading.get_ident() not in fake.threads
     assert view.model_progress.isHidden()
     result = view.model_result.text()
@@ -357,13 +357,13 @@ def test_refusal_shows_the_reason_and_force_asks_first(window, qtbot, monkeypatc
     # Not overridable: the reason, no "Unload anyway".
     select(view, "m-unet")
     view.unload_cpu_button.click()
-    qtbot.waitUntil(lambda: not window.controller.running() and bool(fake.calls), timeout=3000)
+    qtbot.waitUntil(lambda: not window.controller.core.running() and bool(fake.calls), timeout=3000)
     assert view.model_result.text().startswith("Refused: torch.compile")
     assert view.force_button.isHidden()
 
     select(view, "m-train")
     view.unload_disk_button.click()
-    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.core.running(),
                     timeout=3000)
     assert view.model_result.text().startswith("Refused: training evidence: train mode")
     assert "#D55E00" in view.model_result.styleSheet()
@@ -387,7 +387,7 @@ def test_refusal_shows_the_reason_and_force_asks_first(window, qtbot, monkeypatc
 
     monkeypatch.setattr(QMessageBox, "warning", answer(QMessageBox.StandardButton.Yes))
     view.force_button.click()
-    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.controller.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.controller.core.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("unload", 20, "m-train", "disk", True, "manual")
     assert "(forced)" in view.model_result.text()
@@ -400,17 +400,17 @@ def test_reload_and_pin_call_the_directory(window, qtbot):
     view = window.open_details(20)
     select(view, "m-vae")
     view.reload_button.click()
-    qtbot.waitUntil(lambda: bool(fake.calls) and not window.controller.running(), timeout=3000)
+    qtbot.waitUntil(lambda: bool(fake.calls) and not window.controller.core.running(), timeout=3000)
     assert fake.calls == [("reload", 20, "m-vae")]
     assert view.model_result.text().startswith("reloaded pipe.vae: moved 1.6 GiB, 0.4 s")
     select(view, "m-unet")
     view.pin_button.click()
-    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.core.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("pin", 20, "m-unet", True)
     select(view, "m-text")
     view.pin_button.click()  # "Unpin"
-    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.controller.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 3 and not window.controller.core.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("pin", 20, "m-text", False)
     assert "unpinned pipe.text_encoder" in window.action_label.text()
@@ -425,14 +425,14 @@ def test_idle_timer_control_sets_seconds_and_none(window, qtbot):
     assert not view.idle_box.isChecked() and view.idle_state.text() == "(agent: off)"
     view.idle_spin.setValue(45)  # off: changing the minutes sends nothing
     view.idle_box.setChecked(True)
-    qtbot.waitUntil(lambda: bool(fake.calls) and not window.controller.running(), timeout=3000)
+    qtbot.waitUntil(lambda: bool(fake.calls) and not window.controller.core.running(), timeout=3000)
     assert fake.calls == [("idle", 20, 45 * 60.0)]
     assert threading.get_ident() not in fake.threads
     # The agent now reports 45 min: shown, and followed.
     window.on_snapshot(notebook_snap(t=11.0, idle_unload_s=2700.0))
     assert view.idle_state.text() == "(agent: 45 min)" and view.idle_box.isChecked()
     view.idle_box.setChecked(False)
-    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.running(),
+    qtbot.waitUntil(lambda: len(fake.calls) == 2 and not window.controller.core.running(),
                     timeout=3000)
     assert fake.calls[-1] == ("idle", 20, None)
     # Another value reported by the agent (set elsewhere) is taken over, not sent back.

@@ -275,7 +275,7 @@ def test_tray_frees_caches_and_unloads_idle_models_of_the_demo_agents(shell_part
     finished = []
     runner.finished.connect(finished.append)
     shell.tray.unload_action.trigger()
-    qtbot.waitUntil(lambda: bool(finished) and not runner.busy_models(), timeout=5000)
+    qtbot.waitUntil(lambda: bool(finished) and not runner.core.busy_models(), timeout=5000)
     _feed(shell, feed, 1)
     after = window.latest
     offloaded = {(pid, m.id) for pid, r in after.agents.items() for m in r.models
