@@ -8,7 +8,8 @@ points per pixel with the peaks kept, and the legend entries.  A panel only
 hands these arrays to its curves and the entries to its legend.
 
 One ranking rule (:func:`rank`): running processes by their current VRAM
-(unknown last), then ended ones by their peak over the span.  The first
+(unknown last; ties in the order first seen), then ended ones by their peak
+over the span (ties: the most recently seen first).  The first
 :data:`TOP_N` get their own series; everything else is summed into "other"
 from the history's per-slot total, so its rows are never copied.  Unknown
 memory is NaN (a gap), never 0.
@@ -123,7 +124,6 @@ class PlotData:
     total: Series | None  # None: nothing in span
     processes: tuple[Series, ...]  # the top processes, ranked
     other: Series | None  # everything else, summed
-    other_count: int  # processes summed into ``other``
     extra: Series | None  # the highlighted process when not among the top
     unattributed: Series | None  # drawn while above 0 somewhere in span
     capacity: int | None  # bytes
@@ -191,14 +191,19 @@ def rank(keys: Iterable[ProcessKey], live: Mapping[ProcessKey, int | None],
 def wanted_keys(history: History, display_id: str, span_s: float, inputs: PlotInputs,
                 available: Mapping[ProcessKey, float], top_n: int = TOP_N) -> list[ProcessKey]:
     """The process series to copy from the history: the top ``top_n`` by :func:`rank`,
-    and the highlighted one."""
+    in that order, and the highlighted one.  ``available``: every process with
+    history in the span -> when last seen (seconds, <= 0)."""
     def peak_of(ended: list[ProcessKey]) -> Mapping[ProcessKey, float]:
         running = sum(1 for k in available if k in inputs.live)
         if running + len(ended) <= top_n:
             return {}  # all fit: their order is settled on the copied series
         return history.peaks(display_id, span_s, ended)
 
-    keys = rank(available, inputs.live, peak_of, top_n)[:top_n]
+    # Ties: running ones in the order first seen, ended ones most recently seen first.
+    ordered = [k for k in available if k in inputs.live]
+    ordered += sorted((k for k in available if k not in inputs.live),
+                      key=lambda k: available[k], reverse=True)
+    keys = rank(ordered, inputs.live, peak_of, top_n)[:top_n]
     hl = inputs.highlighted
     if hl is not None and hl in available and hl not in keys:
         keys.append(cast(ProcessKey, hl))  # a key of ``available``
@@ -227,7 +232,7 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
     names = {k: _call_labels(labels, k) for k in view.processes}
     t = view.t
     if t.size == 0:
-        return PlotData(np.empty(0), None, (), None, 0, None, None, inputs.memory_total, (),
+        return PlotData(np.empty(0), None, (), None, None, None, inputs.memory_total, (),
                         view, inputs, names, width_px, available_count)
     hl = inputs.highlighted
     dim = hl is not None
@@ -296,7 +301,7 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
         legend.insert(device_entries, LegendEntry(
             UNATTRIBUTED_KEY, Role.UNATTRIBUTED, UNATTRIBUTED_LABEL,
             None if now is None else float(now), Style.DOTTED, False, dim))
-    return PlotData(x, total, tuple(processes), other, n_rest, extra_series,
+    return PlotData(x, total, tuple(processes), other, extra_series,
                     unattributed, inputs.memory_total, tuple(legend), view, inputs, names,
                     width_px, available_count)
 

@@ -59,8 +59,7 @@ class GpuPanel(QFrame):
         self.span_s = 600.0
         self.highlighted_key: Hashable | None = None
         self.plot_dirty = True  # set by the window when data arrived while hidden
-        # Latest sample's processes: key -> bytes (None = unknown); absent = ended.
-        self._live: dict = {}
+        self._gpu: GpuSample | None = None  # the latest sample, for the plot's inputs
         # Latest sample's unattributed memory (bytes, None = unknown) and why unknown.
         self._unattributed_now: int | None = None
         self._unattributed_reason: str | None = None
@@ -81,7 +80,6 @@ class GpuPanel(QFrame):
         self.cursor_line, self.hover_text = self.plot.cursor_line, self.plot.hover_text
         markers = self.plot.markers
         self.unload_markers, self.reload_markers = markers.unload, markers.reload
-        self.failed_markers = markers.failed
         self.legend = LegendPanel(self)
         body.addWidget(self.plot, 1)
         body.addWidget(self.legend, 0)
@@ -209,7 +207,7 @@ class GpuPanel(QFrame):
         if self.name_label.text() != gpu.name:
             self.name_label.setText(gpu.name)
             self.name_label.setToolTip(f"{gpu.name}\nUUID: {gpu.uuid or NA}")
-        self._live = {p.key: p.gpu_memory for p in gpu.processes}
+        self._gpu = gpu
         self._unattributed_now = gpu.unattributed_memory
         self._unattributed_reason = unknown_reason(gpu)
         state_changed = gpu.state != self.state
@@ -294,8 +292,9 @@ class GpuPanel(QFrame):
 
     def plot_inputs(self) -> PlotInputs:
         """The latest sample's figures the plot data is shaped with."""
-        return PlotInputs(self._live, self.memory_total, self._unattributed_now,
-                          self.highlighted_key)
+        if self._gpu is None:
+            return PlotInputs({}, highlighted=self.highlighted_key)
+        return PlotInputs.from_gpu(self._gpu, self.highlighted_key)
 
     def plot_width_px(self) -> int:
         return self.plot.width_px()
@@ -312,7 +311,7 @@ class GpuPanel(QFrame):
         self._draw(data)
 
     def _draw(self, data: PlotData) -> None:
-        self.plot.draw(data)
+        self.plot.draw(data, self.palette())
         self.legend.set_entries(data.legend, self.plot.color_of, self._tip)
 
     def _tip(self, entry: LegendEntry) -> str | None:

@@ -59,6 +59,7 @@ class GpuPlot(pg.PlotWidget):
         self._colors = pal.ColorAssigner()
         self._slot_keys: list[Hashable | None] = []  # process curve slots, as drawn
         self._key_colors: dict[Hashable, QColor] = {}
+        self._palette = self.palette()
         self._hover_x: float | None = None
         self.setMinimumHeight(180)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -170,9 +171,11 @@ class GpuPlot(pg.PlotWidget):
         self.hover_text.setColor(fg)
 
     # -- drawing --------------------------------------------------------------------------
-    def draw(self, data: PlotData) -> None:
-        """Set ``data`` on the curves, capacity line and y range."""
+    def draw(self, data: PlotData, palette: QPalette) -> None:
+        """Set ``data`` on the curves, capacity line and y range, in the colours of
+        ``palette`` (the panel's)."""
         self.data = data
+        self._palette = palette
         if data.total is None:
             for c in self._all_curves():
                 c.hide()
@@ -222,8 +225,8 @@ class GpuPlot(pg.PlotWidget):
             self._show_hover(self._hover_x)
 
     def color_of(self, entry: LegendEntry | Series) -> QColor:
-        """The colour of a series or legend entry in the current palette."""
-        palette = self.palette()
+        """The colour of a series or legend entry in the palette of the last draw."""
+        palette = self._palette
         role = entry.role
         if role is Role.TOTAL:
             return pal.foreground(palette)

@@ -144,6 +144,20 @@ def test_process_that_exits_keeps_its_series_with_nan_after_exit():
     assert np.nanmax(coarse.processes[a.key]) == 1 * GiB
 
 
+def test_peaks_are_each_process_highest_value_in_span_without_a_view():
+    h = History(SMALL)
+    a, b, c = proc(100, 1 * GiB), proc(200, 3 * GiB), proc(300, None)
+    feed(h, [gpu(procs=[a, b, c]), gpu(procs=[a._replace(gpu_memory=5 * GiB), b, c]),
+             gpu(procs=[b, c])] + [gpu(procs=[b])] * 10)
+    peaks = h.peaks("0", 60, [a.key, b.key, c.key, (999, 1.0)])
+    assert peaks[a.key] == 5 * GiB and peaks[b.key] == 3 * GiB
+    assert math.isnan(peaks[c.key])  # never known: NaN, never 0
+    assert (999, 1.0) not in peaks  # no history at all
+    # Only the span counts: a's values are older than the last 5 s.
+    assert math.isnan(h.peaks("0", 5, [a.key])[a.key])
+    assert h.peaks("7", 60, [a.key]) == {}
+
+
 def test_recycled_row_does_not_show_the_previous_owners_values():
     cfg = HistoryConfig(period_s=1.0, fine_span_s=60.0, coarse_step_s=5.0, coarse_span_s=10.0,
                         max_process_rows=1)
@@ -334,11 +348,9 @@ def _numpy_nbytes(hist: GpuHistory) -> int:
 def test_bound_bytes_covers_a_history_filled_to_capacity(cfg):
     h = History(cfg)
     n_ticks = int(cfg.coarse_span_s / cfg.period_s) + cfg.fine_slots + 10
-    pid = 0
     live = []
-    for i in range(n_ticks):
+    for i, pid in enumerate(range(1, n_ticks + 1)):
         # Churn: a new process every tick, at most 2 * max rows alive.
-        pid += 1
         live = (live + [proc(pid, pid * MiB)])[-2 * cfg.max_process_rows:]
         h.add(snap(i * cfg.period_s, gpu(procs=live)))
     hist = h.gpus["0"]
