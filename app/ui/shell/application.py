@@ -117,9 +117,11 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
         rc = qt_app.exec()
         if instance is not None:
             instance.close()
-    controller.wait(2.0)
+    # An agent that never answers keeps a worker of the controller busy (up to its
+    # timeout): like a stuck sampler, it must not hold the app open.
+    stuck = not controller.wait(2.0)
     controller.core.close()
-    if not sampler.stop():
+    if not sampler.stop() or stuck:
         # A driver call that never returns (a GPU lost mid-call) keeps the
         # sampler thread busy; don't let it hold the app open or crash teardown.
         sys.stdout.flush()

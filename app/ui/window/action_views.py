@@ -37,6 +37,10 @@ class ActionViews:
     last_action: CacheAction | None
     _latest: Snapshot | None
     _panels: dict[str, Any]
+    #: Model actions measured while a snapshot is taken in (None: not taking one in),
+    #: and those to show once its events and decisions are shown.
+    _measured_models: list[ModelAction] | None = None
+    _measured_later: tuple[ModelAction, ...] = ()
 
     # -- the controller ----------------------------------------------------------------------
     def set_controller(self, controller: ControllerAdapter) -> None:
@@ -124,6 +128,22 @@ class ActionViews:
         view.update_snapshot(snapshot, busy, can_act, pending, last, idle_pending)
 
     # -- results --------------------------------------------------------------------------------
+    def _measure(self, snapshot: Snapshot) -> None:
+        """The controller takes ``snapshot`` and measures what finished; the model
+        actions' texts wait for :meth:`_show_measured_models` (after the snapshot's
+        events and decisions, whose texts they follow in the status bar)."""
+        self._measured_models = []
+        try:
+            self.controller.on_snapshot(snapshot)
+        finally:
+            self._measured_later = tuple(self._measured_models)
+            self._measured_models = None
+
+    def _show_measured_models(self) -> None:
+        later, self._measured_later = self._measured_later, ()
+        for action in later:
+            self._show_measured_model(action)
+
     def _on_started(self, action: CacheAction | ModelAction) -> None:
         if isinstance(action, CacheAction):
             self._on_action_update(action)
@@ -144,8 +164,14 @@ class ActionViews:
     def _on_measured(self, action: CacheAction | ModelAction) -> None:
         if isinstance(action, CacheAction):
             self._show_action(action)
-        elif (self.controller.last_model_actions(action.pid).get(action.model or "") is action
-              and action.reason != "pressure"):
+        elif self._measured_models is not None:
+            self._measured_models.append(action)
+        else:
+            self._show_measured_model(action)
+
+    def _show_measured_model(self, action: ModelAction) -> None:
+        if (self.controller.last_model_actions(action.pid).get(action.model or "") is action
+                and action.reason != "pressure"):
             self._status(model_summary(action))
 
     def _on_action_update(self, action: CacheAction) -> None:

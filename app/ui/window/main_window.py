@@ -329,11 +329,12 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
             self.details_button.setVisible(True)
             self.auto_unload.setVisible(True)
         self._update_details_button()
-        self.controller.on_snapshot(snapshot)  # measures finished actions
+        self._measure(snapshot)  # the controller measures finished actions
         if snapshot.model_events:
             self._on_model_events(snapshot.model_events)
         for update in snapshot.policy_decisions:
             self._on_policy_decision(update)
+        self._show_measured_models()
         if self.details is not None and self.details.isVisible():
             self._update_details(snapshot, self.details.pid in busy, can_act)
 
