@@ -142,8 +142,8 @@ class TrayController(QObject):
             self.icon.setIcon(tray_icon(state))
         gpus = list(snapshot.gpus) if snapshot else []
         lines = [gpu_line(g) for g in gpus]
-        self.icon.setToolTip("\n".join([APP_NAME, *lines]) if lines else
-                             f"{APP_NAME}\n{(snapshot.error if snapshot else None) or 'No GPU data'}")
+        why = (snapshot.error if snapshot else None) or "No GPU data"
+        self.icon.setToolTip("\n".join([APP_NAME, *lines]) if lines else f"{APP_NAME}\n{why}")
         self._set_gpu_lines([(g.display_id, line) for g, line in zip(gpus, lines, strict=True)])
 
     def _set_gpu_lines(self, lines: list[tuple[str, str]]) -> None:

@@ -12,9 +12,9 @@ from PySide6.QtCore import Qt
 
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.types import AgentReport, DeviceMemory, FreeCacheResult, ModelInfo
-from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
 from app.core.control.controller import AppController
 from app.core.control.records import CacheAction
+from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
 from app.ui.agents.agent_actions import cache_summary
 from app.ui.agents.agent_views import (
     MCOL_CLASS,
