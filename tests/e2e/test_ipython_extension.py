@@ -65,8 +65,8 @@ def test_load_ext_starts_the_agent_in_an_ipython_shell():
     done = subprocess.run([sys.executable, "-m", "IPython", "--quick", "--no-banner",
                            "--colors=NoColor", str(script)],
                           capture_output=True, text=True, timeout=180, env=env, cwd=runtime)
-    lines = {l.split(" ", 1)[0]: l.split(" ", 1)[1] for l in done.stdout.splitlines()
-             if l.split(" ", 1)[0] in ("ENTRY", "REPORT", "AFTER")}
+    lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in done.stdout.splitlines()
+             if ln.split(" ", 1)[0] in ("ENTRY", "REPORT", "AFTER")}
     assert "REPORT" in lines, done.stdout + done.stderr
     report = json.loads(lines["REPORT"])
     assert report["pid"] == report["me"]  # the agent runs inside the kernel process

@@ -110,7 +110,7 @@ def warm_up(env: dict, child: Child, pid: int, classes: set[str], timeout: float
     raise AssertionError(f"models {classes} not seen in a forward; last: {found}")
 
 
-def test_unload_to_disk_and_reload_keep_outputs_identical(tmp_path, env, children):  # noqa: F811
+def test_unload_to_disk_and_reload_keep_outputs_identical(tmp_path, env, children):
     child = Child(tmp_path, env, CHILD)
     children.append(child)
     pid = child.line()["pid"]
@@ -150,7 +150,7 @@ def test_unload_to_disk_and_reload_keep_outputs_identical(tmp_path, env, childre
     assert child.stop() == 0
 
 
-def test_the_next_forward_reloads_an_unloaded_model(tmp_path, env, children):  # noqa: F811
+def test_the_next_forward_reloads_an_unloaded_model(tmp_path, env, children):
     child = Child(tmp_path, env, CHILD)
     children.append(child)
     pid = child.line()["pid"]

@@ -77,8 +77,8 @@ class AgentDirectory(abc.ABC):
             log = self.__dict__["_replies"] = ModelEventLog()
         log.add(pid, (event,))
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 (optional hook: most directories have nothing to start)
         """Begin background polling (if any)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook)
         """Stop polling and release sockets; safe to call twice."""

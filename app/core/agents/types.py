@@ -40,8 +40,6 @@ def bare_uuid(uuid: str) -> str:
     return text
 
 
-_bare_uuid = bare_uuid  # the former private name, still imported by app.core.control
-
 
 def _events(raw: Any) -> tuple[ModelEvent, ...]:
     if not isinstance(raw, list):
@@ -339,7 +337,8 @@ class AgentReport:
                                      if isinstance(x, dict)) if m is not None)
             if isinstance(models, list) else (),
             oom_events=_int(data.get("oom_events")),
-            errors=tuple(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else (),
+            errors=(tuple(e for e in errors if isinstance(e, str))
+                    if isinstance(errors, list) else ()),
             events=_events(data.get("events")),
             idle_unload_s=_float((data.get("policy") or {}).get("idle_unload_s"))
             if isinstance(data.get("policy"), dict) else None,

@@ -13,7 +13,7 @@ import time
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.events import EventFeed
 from app.core.monitor.host_processes import HostProcessReader
-from app.core.monitor.nvml_source import NA_NOT_SUPPORTED, NA_SEE_MIG
+from app.core.monitor.nvml_errors import NA_NOT_SUPPORTED, NA_SEE_MIG
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.core.monitor.source import GpuSource, SourceUnavailable
 from app.core.policies.pressure import PolicyRunner, PressurePolicyConfig

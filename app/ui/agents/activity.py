@@ -69,8 +69,10 @@ class ActivityLog(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(True)
         fm = self.fontMetrics()
-        for col, sample in ((ACOL_TIME, "00:00:00"), (ACOL_PROCESS, "serve_embeddings.py (00000)"),
-                            (ACOL_MODEL, "pipe.text_encoder"), (ACOL_EVENT, "GPU 0: nothing to unload"),
+        for col, sample in ((ACOL_TIME, "00:00:00"),
+                            (ACOL_PROCESS, "serve_embeddings.py (00000)"),
+                            (ACOL_MODEL, "pipe.text_encoder"),
+                            (ACOL_EVENT, "GPU 0: nothing to unload"),
                             (ACOL_REASON, "memory pressure"), (ACOL_RELEASED, "000.0 MiB"),
                             (ACOL_TOOK, "00.0 s")):
             header.resizeSection(col, fm.horizontalAdvance(sample) + 28)

@@ -1,22 +1,15 @@
-"""The app's memory-pressure policy in the UI: its settings control and its driver.
+"""The Auto-unload control: the main window's compact button and its popup form.
 
-:class:`AutoUnloadControl` is the compact "Auto-unload" button of the main
-window; its popup edits an :class:`~app.ui.settings.values.AutoUnloadSettings`.
-
-:class:`PolicyDriver` is the GUI's handle on the app's one policy
-(``app.core.policies.pressure.PolicyRunner``):
-the Collector feeds it every snapshot on the sampler thread and it unloads on
-a worker thread of its own; the driver applies the settings to it.  Its
-decisions arrive with the snapshots, like every other event.
+It edits an :class:`~app.ui.settings.values.AutoUnloadSettings`; the window
+sends them to the application controller (``SetAutoUnload``), which applies
+them to the memory-pressure policy running in the Collector.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -29,7 +22,6 @@ from PySide6.QtWidgets import (
     QWidgetAction,
 )
 
-from app.core.monitor.samples import Snapshot
 from app.ui.settings.values import AutoUnloadSettings
 
 log = logging.getLogger(__name__)
@@ -168,78 +160,4 @@ class AutoUnloadControl(QToolButton):
         self.setToolTip(tip + "\n\nClick to change.")
 
 
-# -- the policy -------------------------------------------------------------------------------
-
-def config_from_settings(settings: AutoUnloadSettings, base: Any = None) -> Any:
-    """The core policy's config (``PressurePolicyConfig``) with the settings' values;
-    fields the settings do not have (e.g. ``target``) are kept from ``base``."""
-    s = settings.normalised()
-    values = dataclasses.asdict(s)
-    if base is None:
-        from app.core.policies.pressure import PressurePolicyConfig
-
-        base = PressurePolicyConfig()
-    names = {f.name for f in dataclasses.fields(base)}
-    return dataclasses.replace(base, **{k: v for k, v in values.items() if k in names})
-
-
-RunnerLike = Any  # app.core.policies.pressure.PolicyRunner, or a callable returning one
-
-
-class PolicyDriver(QObject):
-    """The GUI's handle on the app's memory-pressure policy settings.
-
-    The policy itself (``app.core.policies.pressure.PolicyRunner``) runs in the
-    Collector on the sampler thread — deciding costs microseconds — and carries
-    its unloads out on a worker thread of its own; its decisions reach the
-    views with the snapshots (``Snapshot.policy_decisions``).  This driver
-    applies the Auto-unload settings to it, and again whenever the source, and
-    so the runner, changes (a new runner starts from its defaults).
-    """
-
-    def __init__(self, runner: RunnerLike = None, settings: AutoUnloadSettings | None = None,
-                 parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._runner = runner
-        self.settings = (settings or AutoUnloadSettings()).normalised()
-        self._applied_to: Any = None  # the runner the settings were last applied to
-        self.error: str | None = None
-
-    def runner(self) -> Any:
-        r = self._runner
-        if r is None or hasattr(r, "set_config"):
-            return r
-        try:
-            return r()
-        except Exception:
-            log.exception("looking up the pressure policy failed")
-            return None
-
-    @property
-    def available(self) -> bool:
-        return self._runner is not None
-
-    def apply(self, settings: AutoUnloadSettings) -> None:
-        """Use ``settings`` from now on."""
-        self.settings = settings.normalised()
-        runner = self.runner()
-        if runner is not None:
-            self._apply_to(runner)
-
-    def _apply_to(self, runner: Any) -> None:
-        try:
-            runner.set_config(config_from_settings(self.settings, runner.config))
-            self.error = None
-        except Exception as exc:
-            log.exception("applying the auto-unload settings failed")
-            self.error = str(exc) or type(exc).__name__
-        self._applied_to = runner
-
-    def feed(self, snapshot: Snapshot | None = None) -> None:
-        """Called per snapshot on the GUI thread: a new runner gets the settings."""
-        runner = self.runner()
-        if runner is not None and runner is not self._applied_to:
-            self._apply_to(runner)
-
-
-__all__ = ["AutoUnloadControl", "AutoUnloadForm", "PolicyDriver", "config_from_settings"]
+__all__ = ["AutoUnloadControl", "AutoUnloadForm"]

@@ -35,7 +35,6 @@ class _LegendRow(QWidget):
         lay.addWidget(self.name, 1)
         lay.addWidget(self.value, 0)
         self._state: tuple = ()
-        self.full_name = ""
 
     def set(self, entry: LegendEntry, color: QColor, tip: str | None = None) -> None:
         """Restyle only when something but the value changed (labels re-elide slowly)."""
@@ -49,7 +48,6 @@ class _LegendRow(QWidget):
             self.swatch.setStyleSheet(
                 f"background: transparent; border-top: 3px {style} rgba({c.red()},{c.green()},"
                 f"{c.blue()},{c.alpha()});")
-            self.full_name = name
             self.name.setText(elide_keeping_pid(self.name.fontMetrics(), name, 128))
             self.name.setToolTip(tip or name)
             font = self.name.font()

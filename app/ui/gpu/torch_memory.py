@@ -274,7 +274,6 @@ class AgentSection(QWidget):
         self.rows: list[BreakdownRow] = []
         #: pids whose cache "Free all caches" would free, and their labels.
         self.freeable: dict[int, str] = {}
-        self.cache_total: int | None = None
         self._labels: dict[tuple, str] = {}
 
     def visible_rows(self) -> list[BreakdownRow]:
@@ -316,7 +315,6 @@ class AgentSection(QWidget):
             row.setVisible(False)
         self._labels = labels
         self.freeable = freeable
-        self.cache_total = total
         self.empty_label.setVisible(not entries)
 
         button = self.free_all_button

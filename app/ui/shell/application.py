@@ -54,7 +54,6 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
 
     from app.core.control.controller import AppController
     from app.core.monitor.history import History, HistoryConfig
-    from app.ui.agents.auto_unload import PolicyDriver
     from app.ui.settings.store import SettingsStore
     from app.ui.shell.controller import ControllerAdapter
     from app.ui.shell.qt_compat import guard_singleton_refcounts
@@ -102,8 +101,7 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     # snapshot and unloads on a thread of its own); the controller applies the
     # Auto-unload settings to it, again when the source (and so the runner) changes;
     # its decisions arrive with the snapshots.
-    window.set_policy(PolicyDriver(lambda: sampler.policy, window.settings.auto_unload,
-                                   window))
+    window.set_policy(lambda: sampler.policy)
 
     if screenshot:
         rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)

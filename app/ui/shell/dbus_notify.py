@@ -148,7 +148,7 @@ class _Schema(QDBusVirtualObject):
     def introspect(self, path: str) -> str:
         return _SCHEMA_XML
 
-    def handleMessage(self, message: QDBusMessage, connection: QDBusConnection) -> bool:
+    def handleMessage(self, message: QDBusMessage, connection: QDBusConnection) -> bool:  # noqa: N802
         return False
 
 
@@ -242,7 +242,8 @@ class DbusNotifier(QObject):
 
     # Ids are uint32 on the wire; "qlonglong" keeps those above 2**31 intact.
     action_invoked = Signal("qlonglong", str)          # notification id, action key
-    closed = Signal("qlonglong", "qlonglong")          # id, reason: 1 expired, 2 dismissed, 3 closed
+    # id, reason: 1 expired, 2 dismissed, 3 closed
+    closed = Signal("qlonglong", "qlonglong")
 
     def __init__(self, parent: QObject | None = None, *, app_name: str = APP_NAME,
                  timeout_ms: int = 500, bus: QDBusConnection | None = None) -> None:

@@ -45,7 +45,8 @@ class _Worker(QObject):
     snapshot_ready = Signal(object)
 
     def __init__(self, period_s: float, agents_for: AgentsFactory,
-                 publish_agents: Callable[[AgentDirectory | None, PolicyRunner | None], None]) -> None:
+                 publish_agents: Callable[[AgentDirectory | None, PolicyRunner | None], None],
+                 ) -> None:
         super().__init__()
         self._period_s = period_s
         self._collector: Collector | None = None

@@ -34,16 +34,17 @@ class ActivityViews:
     policy: Any
 
     # -- the pressure policy's settings -------------------------------------------------------
-    def set_policy(self, driver: Any) -> None:
-        """The app's memory-pressure policy (``driver.runner()`` returns its PolicyRunner):
-        the Auto-unload control edits its settings through the controller; its
+    def set_policy(self, runner: Any) -> None:
+        """The app's memory-pressure policy: its ``PolicyRunner``, or a callable that
+        returns the current one (it changes with the source); None for none.  The
+        Auto-unload control edits its settings through the controller; its
         decisions arrive with the snapshots."""
-        self.policy = driver
+        getter = runner if runner is None or callable(runner) else (lambda: runner)
         core = self.controller.core
-        core.set_policy_runner(driver.runner if driver is not None else None)
+        core.set_policy_runner(getter)
         self.controller.submit(auto_unload_request(self.settings.auto_unload))
-        self.auto_unload.set_available(driver is not None and driver.available,
-                                       (core.policy_error or "") if driver is not None else "")
+        self.auto_unload.set_available(getter is not None,
+                                       (core.policy_error or "") if getter is not None else "")
 
     def set_auto_unload(self, settings: AutoUnloadSettings) -> None:
         """New auto-unload settings (from the control, or restored from storage)."""
@@ -117,7 +118,7 @@ class ActivityViews:
         action = self._policy_actions.get(key)
         if action is None:
             a = next((x for x in d.actions if x.model == model), None)
-            runner = self.policy.runner() if self.policy is not None else None
+            runner = self.controller.core.policy_runner()
             to = getattr(getattr(runner, "config", None), "target", "cpu")
             action = ModelAction(UNLOAD, pid, model, a.name if a else model, to=to,
                                  reason="pressure", size=a.bytes if a else None,

@@ -38,7 +38,7 @@ from app.core.monitor.plot_data import build_plot_data
 from app.core.monitor.samples import Snapshot
 from app.ui.agents.activity import ActivityLog
 from app.ui.agents.agent_views import ProcessDetailView
-from app.ui.agents.auto_unload import AutoUnloadControl, PolicyDriver
+from app.ui.agents.auto_unload import AutoUnloadControl
 from app.ui.gpu.panel import GpuPanel
 from app.ui.settings.values import UiSettings
 from app.ui.shell.controller import ControllerAdapter
@@ -96,8 +96,6 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.last_action: CacheAction | None = None
         #: Model events per GPU, for the graphs' markers (they arrive with the snapshots).
         self.markers = MarkerRing(per_gpu=self.settings.markers_per_gpu)
-        #: The app's memory-pressure policy (set_policy): where its runner is found.
-        self.policy: PolicyDriver | None = None
         #: Unloads the policy decided that have not finished: (pid, model) -> decision.
         self._policy_pending: dict[tuple[int, str], object] = {}
         self._policy_actions: dict[tuple[int, str, int], ModelAction] = {}

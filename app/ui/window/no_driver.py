@@ -11,7 +11,8 @@ EXPLANATION = (
     "VRAM Steward reads GPU memory through NVIDIA's management library (NVML), "
     "which ships with the NVIDIA driver. Install the proprietary NVIDIA driver "
     "(it provides <i>libnvidia-ml.so</i> on Linux, <i>nvml.dll</i> on Windows), "
-    "make sure <tt style='white-space:nowrap'>nvidia&#8209;smi</tt> works, then press Retry.<br><br>"
+    "make sure <tt style='white-space:nowrap'>nvidia&#8209;smi</tt> works, "
+    "then press Retry.<br><br>"
     "Without a GPU you can still try the app with simulated GPUs."
 )
 

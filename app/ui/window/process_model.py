@@ -135,14 +135,8 @@ class ProcessTableModel(QAbstractTableModel):
         return None
 
     # -- direct access ----------------------------------------------------------------
-    def row_key(self, row: int) -> RowKey:
-        return self._rows[row].key
-
     def row_for(self, key: RowKey) -> int | None:
         return self._index.get(key)
-
-    def raw_value(self, row: int, col: int):
-        return self._rows[row].raw(col)
 
     def process(self, row: int) -> ProcessSample | None:
         """The row's process; None for an unattributed row."""

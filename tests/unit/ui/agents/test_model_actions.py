@@ -23,7 +23,6 @@ from app.ui.agents.agent_views import (
     MCOL_SIZE,
     MCOL_STATE,
 )
-from app.ui.agents.auto_unload import PolicyDriver
 from app.ui.settings.values import AutoUnloadSettings
 from app.ui.style.format import GiB, MiB
 from tests.unit.ui.agents.test_agent_views import NOW, device, gpu, proc, report, snap, with_runner
@@ -490,7 +489,7 @@ def test_markers_are_bounded_per_gpu(window):
 
 def test_auto_unload_control_changes_the_policy_config(window):
     runner = PolicyRunner(ModelFake())
-    window.set_policy(PolicyDriver(runner))
+    window.set_policy(runner)
     control = window.auto_unload
     assert control.text() == "Auto-unload: at 90 %"
     form = control.form
@@ -514,7 +513,7 @@ def test_auto_unload_control_changes_the_policy_config(window):
 def test_settings_follow_a_new_runner(window):
     """Switching the source makes a new Collector, so a new runner with its defaults."""
     runners = [PolicyRunner(ModelFake())]
-    window.set_policy(PolicyDriver(lambda: runners[0]))
+    window.set_policy(lambda: runners[0])
     window.auto_unload.form.threshold_spin.setValue(95)
     assert runners[0].config.threshold == pytest.approx(0.95)
     runners[0] = PolicyRunner(ModelFake())
@@ -527,7 +526,7 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
     fake = ModelFake(block=True)
     with_runner(window, fake)
     runner = PolicyRunner(fake)
-    window.set_policy(PolicyDriver(runner))
+    window.set_policy(runner)
     tick = Ticks(window, fake, runner)
     full = notebook_snap(mem=22 * GiB)  # 92 % of 24 GiB
     decisions = runner.observe(full)  # as the Collector does, on the sampler thread
@@ -555,7 +554,7 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
 
 def test_nothing_eligible_is_said(window):
     runner = PolicyRunner(ModelFake())
-    window.set_policy(PolicyDriver(runner))
+    window.set_policy(runner)
     tick = Ticks(window, policy=runner)
     busy = [mi("m-train", "model", training=True, evidence="train mode", blocker="train mode",
                idle=2)]
@@ -612,7 +611,7 @@ def test_demo_pressure_policy_end_to_end(window, qtbot):
     agents = DemoAgents(feed.source)
     feed.collector = Collector(feed.source, agents=agents)
     with_runner(window, agents)
-    window.set_policy(PolicyDriver(lambda: feed.collector.policy))
+    window.set_policy(lambda: feed.collector.policy)
     for _ in range(60):
         feed.step(window, 10)
         feed.collector.policy.wait_idle(3)

@@ -218,7 +218,7 @@ def test_silent_client_is_dropped_after_timeout(qtbot, server, address, payload)
 
 def test_many_clients_at_once(qtbot, server, address):
     socks = []
-    for i in range(5):
+    for _ in range(5):
         sock = QLocalSocket()
         sock.connectToServer(address)
         assert sock.waitForConnected(1000)
