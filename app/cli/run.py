@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from app import APP_NAME
 from app.cli.common import EXIT_NO_SOURCE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_OK
+
+#: What signal.signal() takes and returns.
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 #: Signals ``run`` passes on to the command (POSIX).
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
@@ -39,7 +45,6 @@ def cmd_agent_path(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import signal
     import subprocess
 
     command = list(args.cmd)
@@ -70,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{APP_NAME}: run: cannot start {command[0]}: {exc}", file=sys.stderr)
         return EXIT_NOT_EXECUTABLE
 
-    previous: dict[int, object] = {}
+    previous: dict[int, SignalHandler] = {}
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -86,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if sig is None:
             continue
         if not posix:
-            handler: object = signal.SIG_IGN if name == "SIGINT" else None
+            handler: SignalHandler = signal.SIG_IGN if name == "SIGINT" else None
         elif interactive and name in ("SIGINT", "SIGQUIT"):
             handler = signal.SIG_IGN  # the terminal sent it to the command too
         else:
@@ -94,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if handler is None:
             continue
         try:
-            previous[sig] = signal.signal(sig, handler)  # type: ignore[arg-type]
+            previous[sig] = signal.signal(sig, handler)
         except (ValueError, OSError):  # not the main thread
             pass
     try:
@@ -107,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         for sig, old in previous.items():
             try:
-                signal.signal(sig, old)  # type: ignore[arg-type]
+                signal.signal(sig, old)
             except (ValueError, OSError):
                 pass
     return 128 - rc if rc < 0 else rc  # killed by signal N: 128 + N, as a shell says

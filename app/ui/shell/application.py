@@ -10,14 +10,27 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app import APP_NAME, __version__
+
+if TYPE_CHECKING:
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication
+
+    from app.core.monitor.source import GpuSource
+    from app.ui.settings.store import SettingsStore
+    from app.ui.shell.desktop import DesktopShell
+    from app.ui.shell.sampler import Sampler
+    from app.ui.style.theme import ThemeManager
+    from app.ui.window.main_window import MainWindow
 
 RESOURCES = Path(__file__).resolve().parents[3] / "resources"
 
 
-def app_icon():  # type: ignore[no-untyped-def]
+def app_icon() -> QIcon:
     from PySide6.QtGui import QIcon
 
     icon = QIcon()
@@ -31,7 +44,7 @@ def app_icon():  # type: ignore[no-untyped-def]
     return icon
 
 
-def _source_factory(demo: bool, seed: int):  # type: ignore[no-untyped-def]
+def _source_factory(demo: bool, seed: int) -> Callable[[], GpuSource]:
     if demo:
         from app.core.monitor.demo_source import DemoSource
 
@@ -128,7 +141,7 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     return rc
 
 
-def _quit_on_termination(qt_app) -> None:  # type: ignore[no-untyped-def]
+def _quit_on_termination(qt_app: QApplication) -> None:
     """SIGTERM (logout, ``kill``, a service manager) and SIGINT (Ctrl+C in a
     terminal) end the app the way Quit does: the sampler stops and NVML shuts
     down cleanly.  Python runs signal handlers only when it holds the
@@ -146,7 +159,8 @@ def _quit_on_termination(qt_app) -> None:  # type: ignore[no-untyped-def]
     timer.start(500)
 
 
-def _desktop_shell(qt_app, window, sampler, store, themes):  # type: ignore[no-untyped-def]
+def _desktop_shell(qt_app: QApplication, window: MainWindow, sampler: Sampler,
+                   store: SettingsStore, themes: ThemeManager) -> DesktopShell:
     from app.core.autostart import autostart_for_platform
     from app.ui.shell.desktop import DesktopShell
 
@@ -165,8 +179,8 @@ def _desktop_shell(qt_app, window, sampler, store, themes):  # type: ignore[no-u
     return shell
 
 
-def _screenshot(qt_app, window, sampler, path: Path, after_s: float,  # type: ignore[no-untyped-def]
-                started: float) -> int:
+def _screenshot(qt_app: QApplication, window: MainWindow, sampler: Sampler, path: Path,
+                after_s: float, started: float) -> int:
     from PySide6.QtCore import QTimer
 
     result = {"rc": 1}

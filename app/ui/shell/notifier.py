@@ -22,6 +22,7 @@ import enum
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
@@ -58,13 +59,13 @@ def choose_channel(answers: PlatformAnswers) -> Channel:
     return Channel.BANNER
 
 
-def probe_platform(dbus: object | None) -> PlatformAnswers:
+def probe_platform(dbus: Any) -> PlatformAnswers:
     """Ask Qt (and the session bus, briefly) what this desktop offers."""
     tray = bool(QSystemTrayIcon.isSystemTrayAvailable())
     has_dbus = False
     if dbus is not None:
         try:
-            has_dbus = bool(dbus.available())  # type: ignore[attr-defined]
+            has_dbus = bool(dbus.available())
         except Exception:
             has_dbus = False
     return PlatformAnswers(tray=tray, dbus=has_dbus, linux=sys.platform.startswith("linux"))
@@ -141,7 +142,7 @@ class Notifier(QObject):
     free_requested = Signal(str)  # display id ("" = every GPU)
     show_requested = Signal()
 
-    def __init__(self, channel: Channel, tray: object | None = None, dbus: object | None = None,
+    def __init__(self, channel: Channel, tray: Any = None, dbus: Any = None,
                  banner: AlertBanner | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.channel = channel
@@ -152,11 +153,11 @@ class Notifier(QObject):
         self._ids: dict[str, int] = {}  # alert key -> server id, so a repeat replaces it
         self._actions: dict[int, str] = {}  # server id -> display id its Free button frees
         if dbus is not None and hasattr(dbus, "action_invoked"):
-            dbus.action_invoked.connect(self._on_dbus_action)  # type: ignore[attr-defined]
+            dbus.action_invoked.connect(self._on_dbus_action)
         if banner is not None:
             banner.free_requested.connect(self.free_requested)
         if tray is not None and hasattr(tray, "icon"):
-            tray.icon.messageClicked.connect(self.show_requested)  # type: ignore[attr-defined]
+            tray.icon.messageClicked.connect(self.show_requested)
 
     def set_channel(self, channel: Channel) -> None:
         self.channel = channel
@@ -169,7 +170,7 @@ class Notifier(QObject):
             channel = Channel.TRAY if self._tray_visible() else Channel.BANNER
         if channel is Channel.TRAY:
             if self._tray_visible():
-                self.tray.message(alert.title, alert.message,  # type: ignore[union-attr]
+                self.tray.message(alert.title, alert.message,
                                   critical=alert.kind != "memory" or (alert.level or 0) >= 0.95)
             else:
                 channel = Channel.BANNER
@@ -183,7 +184,7 @@ class Notifier(QObject):
         return channel
 
     def _tray_visible(self) -> bool:
-        return self.tray is not None and self.tray.icon.isVisible()  # type: ignore[union-attr]
+        return self.tray is not None and self.tray.icon.isVisible()
 
     def _send_dbus(self, alert: Alert) -> bool:
         if self.dbus is None:
@@ -193,7 +194,7 @@ class Notifier(QObject):
             actions.insert(0, (FREE_ACTION, "Free caches"))
         key = f"{alert.kind}:{alert.display_id}:{alert.pid}"
         try:
-            nid = self.dbus.notify(  # type: ignore[attr-defined]
+            nid = self.dbus.notify(
                 alert.title, alert.message, actions=actions,
                 urgency=2 if alert.kind == "oom" else 1,
                 replaces_id=self._ids.get(key, 0))
