@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.agents import client as agent_client  # noqa: E402
+from app.core.agents import connection as agent_connection  # noqa: E402
+from app.core.agents import registry as agent_registry  # noqa: E402
 
 BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"
 
@@ -82,14 +83,14 @@ def _one_run(script: Path, runtime: str, steps: int, with_agent: bool) -> float:
         entry = None
         deadline = time.monotonic() + 30
         while entry is None and time.monotonic() < deadline:
-            entry = next((e for e in agent_client.read_registry(runtime)
+            entry = next((e for e in agent_registry.read_registry(runtime)
                           if e.pid == first["pid"]), None)
             time.sleep(0.05)
         if entry is None:
             raise SystemExit("the agent did not register")
 
         def poll() -> None:
-            with agent_client.AgentConnection(entry, 5.0) as conn:
+            with agent_connection.AgentConnection(entry, 5.0) as conn:
                 while not stop.is_set():
                     conn.call("report", {"models": True}, 5.0)
                     polls[0] += 1
@@ -147,10 +148,10 @@ def bench_rtt(n: int = 1000) -> None:
         entry = None
         deadline = time.monotonic() + 30
         while entry is None and time.monotonic() < deadline:
-            entry = next((e for e in agent_client.read_registry(tmp) if e.pid == pid), None)
+            entry = next((e for e in agent_registry.read_registry(tmp) if e.pid == pid), None)
             time.sleep(0.05)
         try:
-            with agent_client.AgentConnection(entry, 5.0) as conn:
+            with agent_connection.AgentConnection(entry, 5.0) as conn:
                 conn.call("report", {"models": True}, 10.0)  # first: the model scan
                 for method, params in (("ping", {}), ("report", {"models": True})):
                     times = []

@@ -67,7 +67,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.agents import client as agent_client  # noqa: E402
+from app.core.agents import connection as agent_connection  # noqa: E402
+from app.core.agents import registry as agent_registry  # noqa: E402
+from app.core.agents import types as agent_types  # noqa: E402
 
 BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"
 POLL_PERIOD_S = 0.25  # 4 Hz
@@ -218,9 +220,9 @@ class Role:
 class Poller:
     """Asks ``report`` (models included) at 4 Hz while ``active`` is set."""
 
-    def __init__(self, entry: agent_client.AgentEntry, period_s: float) -> None:
+    def __init__(self, entry: agent_types.AgentEntry, period_s: float) -> None:
         self.period_s = period_s
-        self.conn = agent_client.AgentConnection(entry, 5.0)
+        self.conn = agent_connection.AgentConnection(entry, 5.0)
         self.active = threading.Event()
         self.stop = threading.Event()
         self.sent = 0
@@ -239,7 +241,7 @@ class Poller:
                 rep = self.conn.call("report", {"models": True}, 5.0)
                 self.models = len(rep.get("models") or [])
                 self.rtt.append(time.perf_counter() - t0)
-            except (agent_client.AgentUnavailable, agent_client.AgentError):
+            except (agent_connection.AgentUnavailable, agent_connection.AgentError):
                 self.errors += 1
             self.sent += 1
             self.stop.wait(max(0.0, self.period_s - (time.perf_counter() - t0)))
@@ -251,10 +253,10 @@ class Poller:
         self.conn.close()
 
 
-def _wait_entry(runtime: str, pid: int) -> agent_client.AgentEntry:
+def _wait_entry(runtime: str, pid: int) -> agent_types.AgentEntry:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        for entry in agent_client.read_registry(runtime):
+        for entry in agent_registry.read_registry(runtime):
             if entry.pid == pid:
                 return entry
         time.sleep(0.05)

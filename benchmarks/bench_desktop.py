@@ -32,12 +32,12 @@ def run(gpu_count: int | None, processes: int | None, count: int) -> None:
     from PySide6.QtWidgets import QApplication
 
     from app.core.agents.demo import DemoAgents
+    from app.core.control.targets import idle_models
     from app.core.monitor.collector import Collector
     from app.core.monitor.demo_source import DemoSource, scaled_scenario
     from app.core.policies.alerts import AlertPolicy
     from app.ui.settings.values import AutoUnloadSettings
     from app.ui.shell.tray import TrayController
-    from app.ui.window.main_window import idle_models
 
     app = QApplication.instance() or QApplication([])
     clock = [0.0]
@@ -63,7 +63,7 @@ def run(gpu_count: int | None, processes: int | None, count: int) -> None:
         policy.evaluate(snap)
         t1 = time.perf_counter()
         tray.update(snap)
-        tray.set_agent_actions(len(snap.agents), len(idle_models(snap, settings)))
+        tray.set_agent_actions(len(snap.agents), len(idle_models(snap, settings.min_idle_s)))
         t2 = time.perf_counter()
         alert_ms.append((t1 - t0) * 1e3)
         tray_ms.append((t2 - t1) * 1e3)

@@ -1,1 +1,3 @@
-"""Qt-free core: sources, samples, history, collector. Importable headless."""
+"""Qt-free core: monitor (sources, collector, history, plot data), agents (the
+directory, hub, events), policies, control (the application controller) and
+units.  Importable headless."""

@@ -120,6 +120,11 @@ def fmt_duration(seconds: float | None, sep: str = " ") -> str:
     return f"{days}d{sep}{hours:02d}h"
 
 
+def fmt_elapsed(seconds: float) -> str:
+    """How long a step took: ``40 ms`` under 0.1 s, else ``0.4 s``."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 0.1 else f"{seconds:.1f} s"
+
+
 def fmt_ago(seconds: float | None) -> str:
     """Time before now: ``now``, ``12s ago``, ``4m 05s ago`` (the sign is ignored)."""
     if seconds is None or is_unknown(seconds):

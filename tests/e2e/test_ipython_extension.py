@@ -33,7 +33,8 @@ while time.time() < deadline and not os.listdir(entries):
     time.sleep(0.1)
 print("ENTRY " + json.dumps(sorted(os.listdir(entries))), flush=True)
 sys.path.insert(0, {root!r})
-from app.core.agents.client import read_registry, query_report
+from app.core.agents.client import query_report
+from app.core.agents.registry import read_registry
 [entry] = read_registry({runtime!r})
 from app.core.agents.client import unload
 for _ in range(50):

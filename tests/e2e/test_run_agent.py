@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from app.core.agents import client as agent_client
+from app.core.agents import registry as agent_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOTSTRAP = ROOT / "app" / "agent" / "_bootstrap"
@@ -152,7 +153,7 @@ def wait_for_agent(env: dict, pid: int, with_models: bool = True, timeout: float
 
 
 def entry_for(runtime: str, pid: int):
-    for entry in agent_client.read_registry(runtime):
+    for entry in agent_registry.read_registry(runtime):
         if entry.pid == pid:
             return entry
     raise AssertionError(f"no registry entry for {pid}")
@@ -226,7 +227,7 @@ def test_exit_code_passes_through_and_normal_exit_removes_the_entry(tmp_path, en
     assert path.exists()
     assert child.stop() == 5
     assert not path.exists()
-    assert pid not in {e.pid for e in agent_client.read_registry(runtime, prune=False)}
+    assert pid not in {e.pid for e in agent_registry.read_registry(runtime, prune=False)}
 
 
 def test_sigterm_passes_through(tmp_path, env, runtime, children):
@@ -239,7 +240,7 @@ def test_sigterm_passes_through(tmp_path, env, runtime, children):
     # the child itself is gone
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert pid not in {e.pid for e in agent_client.read_registry(runtime)}
+    assert pid not in {e.pid for e in agent_registry.read_registry(runtime)}
 
 
 def test_sigkill_leaves_an_entry_that_the_reader_prunes(tmp_path, env, runtime, children):
@@ -251,7 +252,7 @@ def test_sigkill_leaves_an_entry_that_the_reader_prunes(tmp_path, env, runtime, 
     os.kill(pid, signal.SIGKILL)
     assert child.proc.wait(timeout=30) == 128 + signal.SIGKILL  # run reaped it
     assert path.exists()  # no chance to clean up
-    assert pid not in {e.pid for e in agent_client.read_registry(runtime)}
+    assert pid not in {e.pid for e in agent_registry.read_registry(runtime)}
     assert not path.exists()
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from app.core.agents import client as agent_client
+from app.core.agents import registry as agent_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024**2
@@ -85,7 +86,7 @@ def read_line(proc, timeout: float = 120.0) -> dict:
 def entry_for(runtime: str, pid: int, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for entry in agent_client.read_registry(runtime):
+        for entry in agent_registry.read_registry(runtime):
             if entry.pid == pid:
                 return entry
         time.sleep(0.1)

@@ -14,21 +14,7 @@ import time
 from typing import Any
 
 from app.agent import protocol
-from app.core.agents.connection import (
-    AgentConnection,
-    AgentError,
-    AgentIncompatible,
-    AgentTimeout,
-    AgentUnavailable,
-)
-from app.core.agents.registry import (
-    is_stale,
-    load_entry,
-    read_registry,
-    registry_dir,
-    remove_entry,
-    runtime_dir,
-)
+from app.core.agents.connection import AgentConnection, AgentError, AgentTimeout, AgentUnavailable
 from app.core.agents.types import (
     AgentEntry,
     AgentReport,
@@ -39,11 +25,9 @@ from app.core.agents.types import (
 )
 
 __all__ = [
-    "MODEL_ACTION_TIMEOUT_S", "TIMEOUT", "UNAVAILABLE", "AgentConnection", "AgentError",
-    "AgentIncompatible", "AgentTimeout", "AgentUnavailable", "collect_garbage", "event_to_json",
-    "free_cache", "free_cache_result", "is_stale", "load_entry", "model_event_result",
-    "model_to_json", "pin", "query_report", "read_registry", "registry_dir", "reload",
-    "remove_entry", "report_to_json", "runtime_dir", "set_idle_unload", "unload",
+    "MODEL_ACTION_TIMEOUT_S", "TIMEOUT", "UNAVAILABLE", "collect_garbage", "event_to_json",
+    "free_cache", "free_cache_result", "model_event_result", "model_to_json", "pin",
+    "query_report", "reload", "report_to_json", "set_idle_unload", "unload",
 ]
 
 

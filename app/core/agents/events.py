@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core.agents.placement import gpu_of_device
-from app.core.units import fmt_bytes
+from app.core.units import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
     from app.core.agents.directory import AgentDirectory
@@ -68,10 +68,6 @@ def target_text(target: str | None) -> str:
     return {"cpu": "CPU", "disk": "disk"}.get(target or "", target or "?")
 
 
-def seconds_text(s: float) -> str:
-    return f"{s * 1000:.0f} ms" if s < 0.1 else f"{s:.1f} s"
-
-
 def event_text(ev: ModelEvent, size: int | None = None) -> str:
     """"Unloaded pipe.unet (1.6 GiB → CPU, 0.4 s, idle)" — the marker's hover text."""
     if ev.action == "unload":
@@ -83,7 +79,7 @@ def event_text(ev: ModelEvent, size: int | None = None) -> str:
         head = f"Reloaded {ev.name}" if ev.ok else f"Reload of {ev.name} failed"
         inner = [fmt_bytes(ev.bytes_moved)] if ev.bytes_moved is not None else []
     if ev.seconds is not None:
-        inner.append(seconds_text(ev.seconds))
+        inner.append(fmt_elapsed(ev.seconds))
     inner.append(ev.reason)
     text = f"{head} ({', '.join(inner)})"
     if not ev.ok and ev.error:
@@ -231,4 +227,4 @@ class MarkerRing:
 
 
 __all__ = ["DecisionUpdate", "EventFeed", "Marker", "MarkerRing", "ModelEventRecord",
-           "event_text", "seconds_text", "target_text"]
+           "event_text", "target_text"]

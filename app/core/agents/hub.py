@@ -22,7 +22,8 @@ import time
 
 from app.agent import protocol
 from app.core.agents import client as agent_client
-from app.core.agents.client import AgentConnection, AgentError, AgentUnavailable
+from app.core.agents import registry as agent_registry
+from app.core.agents.connection import AgentConnection, AgentError, AgentUnavailable
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.event_log import ModelEventLog
 from app.core.agents.types import (
@@ -109,7 +110,7 @@ class AgentHub(AgentDirectory):
 
     def entries(self) -> list[AgentEntry]:
         if self._thread is None:
-            return agent_client.read_registry(self.runtime_dir)
+            return agent_registry.read_registry(self.runtime_dir)
         with self._lock:
             return sorted(self._entries.values(), key=lambda e: e.pid)
 
@@ -194,7 +195,7 @@ class AgentHub(AgentDirectory):
             entry = self._entries.get(pid)
         if entry is not None:
             return entry
-        for entry in agent_client.read_registry(self.runtime_dir):
+        for entry in agent_registry.read_registry(self.runtime_dir):
             if entry.pid == pid:
                 return entry
         return None
@@ -214,8 +215,8 @@ class AgentHub(AgentDirectory):
 
     def _read_entries(self) -> list[AgentEntry]:
         """The registry, parsing only files whose (mtime, size) changed."""
-        runtime = self.runtime_dir or agent_client.runtime_dir()
-        folder = agent_client.registry_dir(runtime)
+        runtime = self.runtime_dir or agent_registry.runtime_dir()
+        folder = agent_registry.registry_dir(runtime)
         try:
             names = [n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")]
         except OSError:
@@ -231,12 +232,12 @@ class AgentHub(AgentDirectory):
             key = (st.st_mtime_ns, st.st_size)
             cached = self._cache.get(path)
             entry = cached[1] if cached is not None and cached[0] == key else \
-                agent_client.load_entry(path)
+                agent_registry.load_entry(path)
             seen[path] = (key, entry)
             if entry is None:
                 continue
-            if agent_client.is_stale(entry):
-                agent_client.remove_entry(entry, runtime)
+            if agent_registry.is_stale(entry):
+                agent_registry.remove_entry(entry, runtime)
                 seen.pop(path, None)
                 continue
             live.append(entry)

@@ -141,9 +141,9 @@ class Collector:
         return self._error_snapshot(reason, started)
 
     def _error_snapshot(self, reason: str, started: float) -> Snapshot:
-        return self.events.attach(Snapshot(
-            time.time(), time.monotonic(), self.source.name, self._driver_version, (), reason,
-            time.perf_counter() - started, self._agent_reports()))
+        # New events wait for the next good snapshot: the views show the error alone.
+        return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
+                        (), reason, time.perf_counter() - started, self._agent_reports())
 
     def close(self) -> None:
         if self.policy is not None:

@@ -55,7 +55,7 @@ from app.core.monitor.nvml_processes import ProcessReader
 from app.core.monitor.samples import DeviceState, GpuSample, ProcessSample
 from app.core.monitor.source import GpuSource, SourceUnavailable
 
-__all__ = ["NA_NOT_SUPPORTED", "NA_SEE_MIG", "NvmlSource"]
+__all__ = ["NvmlSource"]
 
 _NVML_TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 _MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE

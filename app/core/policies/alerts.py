@@ -21,8 +21,7 @@ from typing import Any
 from app.core.monitor.naming import short_name
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
-
-GiB = 1024**3
+from app.core.units import fmt_gib
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +148,12 @@ class AlertPolicy:
             gpu.processes, key=lambda p: -(p.gpu_memory or 0))[:3])
         freeable = _freeable(gpu, snapshot.agents)
         title = f"GPU {gpu.display_id} at {level * 100:.0f} % of its memory"
-        parts = [f"{gpu.name}: {_gib(gpu.memory_used)} of {_gib(gpu.memory_total)} used."]
+        parts = [f"{gpu.name}: {fmt_gib(gpu.memory_used)} of {fmt_gib(gpu.memory_total)} used."]
         if top:
             parts.append("Top: " + ", ".join(
-                f"{t.name} ({t.pid}) {_gib(t.gpu_memory)}" for t in top) + ".")
+                f"{t.name} ({t.pid}) {fmt_gib(t.gpu_memory)}" for t in top) + ".")
         if freeable:
-            parts.append(f"Free cache could release about {_gib(freeable)}.")
+            parts.append(f"Free cache could release about {fmt_gib(freeable)}.")
         return Alert("memory", gpu.display_id, title, " ".join(parts), level=level,
                      used=gpu.memory_used, total=gpu.memory_total, top=top, freeable=freeable,
                      time=now)
@@ -213,7 +212,3 @@ def _freeable(gpu: GpuSample, agents: Any) -> int | None:
 def _total(values: Any) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
-
-
-def _gib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / GiB:.1f} GiB"

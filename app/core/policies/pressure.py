@@ -291,7 +291,8 @@ class PolicyRunner:
     ``observe(snapshot)`` costs microseconds and never blocks or raises: the
     Collector calls it on the sampler thread.  Unloads run one after another
     on a worker thread through ``directory.unload(..., reason="pressure")``.
-    ``decisions_since(cursor)`` gives the log to the GUI (any thread).
+    ``decisions_since(cursor)`` gives the log to the Collector's EventFeed
+    (any thread), which hands each decision to the views with the snapshots.
     """
 
     def __init__(self, directory: AgentDirectory, config: PressurePolicyConfig | None = None,

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.units import NA, fmt_bytes
 from app.ui.style import palette as pal
-from app.ui.style.format import NA, fmt_bytes
 
 ACTIVITY_COLUMNS = ("Time", "Process", "Model", "Event", "Reason", "Released", "Took",
                     "Details")

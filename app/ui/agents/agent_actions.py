@@ -10,7 +10,7 @@ what the agent *says* it freed with what the driver *shows* was released.
 from __future__ import annotations
 
 from app.core.control.records import FREE, GC, CacheAction
-from app.ui.style.format import fmt_bytes
+from app.core.units import fmt_bytes
 
 
 def cache_summary(action: CacheAction) -> str:

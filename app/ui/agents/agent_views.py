@@ -35,13 +35,13 @@ from app.core.agents.types import AgentReport
 from app.core.control.requests import CollectGarbage, FreeCache
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
+from app.core.units import NA, fmt_bytes
 from app.ui.agents.detail_models import ModelControls
 from app.ui.agents.model_list import (
     MCOL_CLASS,
     MCOL_DEVICE,
     MCOL_DTYPE,
     MCOL_IDLE,
-    MCOL_LAST,
     MCOL_MODE,
     MCOL_NAME,
     MCOL_PARAMS,
@@ -62,7 +62,6 @@ from app.ui.gpu.torch_memory import (
     free_button_text,
 )
 from app.ui.style import palette as pal
-from app.ui.style.format import NA, fmt_bytes
 
 # -- detail view --------------------------------------------------------------------------------
 
@@ -475,6 +474,4 @@ class ProcessDetailView(ModelControls, QDialog):
         self.errors_label.setStyleSheet(f"color: {warn};")
 
 
-__all__ = ["MCOL_CLASS", "MCOL_DEVICE", "MCOL_DTYPE", "MCOL_IDLE", "MCOL_LAST", "MCOL_MODE",
-           "MCOL_NAME", "MCOL_PARAMS", "MCOL_PINNED", "MCOL_SIZE", "MCOL_STATE",
-           "ModelListModel", "ProcessDetailView"]
+__all__ = ["ProcessDetailView"]

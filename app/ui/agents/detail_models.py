@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.agents.types import AgentReport, ModelInfo
 from app.core.control.requests import Pin, Reload, SetIdleUnload, Unload
+from app.core.units import fmt_bytes
 from app.ui.agents.model_actions import (
     force_consequences,
     is_moving,
@@ -23,7 +24,6 @@ from app.ui.agents.model_actions import (
 )
 from app.ui.agents.model_list import MODEL_ID_ROLE, model_size
 from app.ui.style import palette as pal
-from app.ui.style.format import fmt_bytes
 
 
 class ModelControls:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import time
 
-from app.core.agents.events import event_text, seconds_text, target_text
+from app.core.agents.events import target_text
 from app.core.agents.types import ModelInfo
 from app.core.agents.unload_reasons import overridable, refuses_any_unload
 from app.core.control.records import IDLE_TTL, PIN, RELOAD, UNLOAD, ModelAction
-from app.ui.style.format import NA, fmt_bytes
+from app.core.units import NA, fmt_bytes, fmt_elapsed
 
 #: A model whose last forward is at most this old counts as "in use".
 IN_USE_S = 10.0
@@ -277,7 +277,7 @@ def model_summary(action: ModelAction, with_process: bool = True) -> str:
                  f"allocator released {fmt_bytes(ev.bytes_released if ev else None)}",
                  _nvml_text(action)]
         if ev is not None and ev.seconds is not None:
-            parts.append(seconds_text(ev.seconds))
+            parts.append(fmt_elapsed(ev.seconds))
         forced = " (forced)" if action.force else ""
         return f"{prefix}unloaded {name} to {to}{forced}: " + ", ".join(parts)
     # RELOAD
@@ -288,7 +288,7 @@ def model_summary(action: ModelAction, with_process: bool = True) -> str:
     ev = action.event
     parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}"]
     if ev is not None and ev.seconds is not None:
-        parts.append(seconds_text(ev.seconds))
+        parts.append(fmt_elapsed(ev.seconds))
     if action.measured and action.released is not None:
         parts.append(f"NVML shows {fmt_bytes(max(0, -action.released))} more in use")
     return f"{prefix}reloaded {name}: " + ", ".join(parts)
@@ -312,8 +312,6 @@ def _minutes(seconds: float | None) -> str:
     return f"{minutes:g} min" if minutes < 120 or minutes % 60 else f"{minutes / 60:g} h"
 
 
-__all__ = ["IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "ModelAction", "blocker_help",
-           "blocker_tooltip", "event_text", "fmt_idle", "force_consequences", "idle_seconds",
-           "idle_text", "idle_tooltip", "is_moving", "model_blocker_tooltip", "model_device",
-           "model_facts", "model_note", "model_summary", "overridable", "state_text",
-           "target_text"]
+__all__ = ["blocker_help", "blocker_tooltip", "fmt_idle", "force_consequences", "idle_seconds",
+           "idle_text", "idle_tooltip", "is_moving", "model_blocker_tooltip",
+           "model_device", "model_facts", "model_note", "model_summary", "state_text"]

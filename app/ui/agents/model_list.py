@@ -13,7 +13,9 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
+from app.core.agents.events import target_text
 from app.core.agents.types import ModelInfo
+from app.core.units import NA, fmt_bytes, fmt_count
 from app.ui.agents.model_actions import (
     idle_seconds,
     idle_text,
@@ -23,10 +25,8 @@ from app.ui.agents.model_actions import (
     model_device,
     model_facts,
     state_text,
-    target_text,
 )
 from app.ui.style import palette as pal
-from app.ui.style.format import NA, fmt_bytes, fmt_count
 
 MODEL_COLUMNS = ("Name", "State", "Size", "Device", "Idle", "Pinned", "Mode", "Dtype", "Params",
                  "Class")

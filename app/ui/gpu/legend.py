@@ -9,7 +9,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.monitor.plot_data import LegendEntry
-from app.ui.style.format import fmt_gib
+from app.core.units import fmt_gib
 from app.ui.style.text import elide_keeping_pid
 
 

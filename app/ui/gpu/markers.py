@@ -13,8 +13,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtGui import QPainterPath, QPalette
 
+from app.core.units import GiB
 from app.ui.style import palette as pal
-from app.ui.style.format import GiB
 
 
 def _triangle(down: bool) -> QPainterPath:
@@ -46,7 +46,7 @@ class MarkerLayer:
             m.setZValue(15)
             m.hide()
             item.addItem(m, ignoreBounds=True)
-        self.markers: list = []  # app.ui.agents.model_events.Marker, as last set
+        self.markers: list = []  # app.core.agents.events.Marker, as last set
         self.x: np.ndarray = np.empty(0)  # marker times − ref
         self.ref: float | None = None  # epoch the marker x are relative to
         self.version: int | None = None

@@ -28,20 +28,14 @@ from PySide6.QtWidgets import (
 
 from app.core.monitor.plot_data import UNATTRIBUTED_KEY, LegendEntry, PlotData, PlotInputs
 from app.core.monitor.samples import DeviceState, GpuSample
+from app.core.units import NA, fmt_bytes, fmt_percent
 from app.ui.gpu.gauge import MemoryGauge
 from app.ui.gpu.legend import LegendPanel
 from app.ui.gpu.plot import GpuPlot
 from app.ui.gpu.torch_memory import AgentSection
 from app.ui.gpu.unattributed import explanation, unknown_reason
 from app.ui.style import palette as pal
-from app.ui.style.format import (
-    NA,
-    fmt_bytes,
-    fmt_memory_usage,
-    fmt_percent,
-    fmt_temp,
-    fmt_watts,
-)
+from app.ui.style.format import fmt_memory_usage, fmt_temp, fmt_watts
 
 MIN_HEIGHT = 262  # px without the "PyTorch memory" section
 
@@ -356,7 +350,7 @@ class GpuPanel(QFrame):
         return self.plot.markers.x
 
     def set_markers(self, markers: Iterable, version: int | None = None) -> None:
-        """Model events on this GPU (``app.ui.agents.model_events.Marker``, bounded by the caller).
+        """Model events on this GPU (``app.core.agents.events.Marker``, bounded by the caller).
 
         Rebuilds the scatter data only when ``version`` changed; placing them in the
         plot's time frame is one ``setPos`` per frame."""

@@ -26,10 +26,10 @@ from app.core.monitor.plot_data import (
     Series,
     Style,
 )
+from app.core.units import GiB, fmt_ago, fmt_gib
 from app.ui.gpu.axes import TimeAxis, ValueAxis
 from app.ui.gpu.markers import MarkerLayer
 from app.ui.style import palette as pal
-from app.ui.style.format import GiB, fmt_ago, fmt_gib
 
 _PEN_STYLES = {Style.SOLID: Qt.PenStyle.SolidLine, Style.DASHED: Qt.PenStyle.DashLine,
                Style.DOTTED: Qt.PenStyle.DotLine}

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVB
 from app.core.agents.types import AgentReport, VramBreakdown
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import GpuSample, ProcessSample
+from app.core.units import fmt_bytes
 from app.ui.style import palette as pal
-from app.ui.style.format import fmt_bytes
 from app.ui.style.text import elide_keeping_pid
 
 # -- breakdown figures ----------------------------------------------------------------------

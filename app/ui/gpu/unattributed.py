@@ -10,7 +10,7 @@ from __future__ import annotations
 from app.core.monitor.plot_data import UNATTRIBUTED_KEY
 from app.core.monitor.plot_data import UNATTRIBUTED_LABEL as LABEL
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
-from app.ui.style.format import NA, fmt_bytes
+from app.core.units import NA, fmt_bytes
 
 _CAN_BE = ("It can be:\n"
            "• processes in other containers or PID namespaces, which the driver does not list"

@@ -25,11 +25,6 @@ SourceFactory = Callable[[], GpuSource]
 AgentsFactory = Callable[[GpuSource], "AgentDirectory | None"]
 
 
-def default_agents(source: GpuSource) -> AgentDirectory | None:
-    """The agent directory for ``source``: simulated agents for the demo, the
-    socket hub (real agents) for NVML."""
-    return default_agents_for(source)
-
 MIN_PERIOD_S = 0.1
 MAX_PERIOD_S = 10.0
 DEFAULT_PERIOD_S = 0.25
@@ -133,7 +128,7 @@ class Sampler(QObject):
         self._policy: PolicyRunner | None = None
         self._thread = QThread()
         self._thread.setObjectName("vram-steward-sampler")
-        self._worker = _Worker(self.period_s, agents_for or default_agents, self._set_agents)
+        self._worker = _Worker(self.period_s, agents_for or default_agents_for, self._set_agents)
         self._worker.moveToThread(self._thread)
         self._thread.started.connect(self._worker.begin)
         self._worker.snapshot_ready.connect(self._forward, Qt.ConnectionType.QueuedConnection)

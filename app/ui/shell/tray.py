@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
 from app import APP_NAME
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
+from app.core.units import fmt_gib
 from app.ui.style import palette as pal
-from app.ui.style.format import fmt_gib
 
 ICON_SIZES = (16, 22, 24, 32, 48, 64)
 TRACK = "#7F7F7F"

@@ -1,6 +1,5 @@
-"""The UI's text formatting: the GPU panel's readouts (temperature, power, the
-memory gauge) plus the shared units of :mod:`app.core.units`, re-exported so
-every widget imports its formatting from one place.
+"""The GPU panel's readouts (temperature, power, the memory gauge); every other
+figure is formatted by :mod:`app.core.units`.
 
 ``None`` means *unknown* throughout the app and is always rendered as
 :data:`NA` ("n/a"), never as 0.
@@ -8,28 +7,9 @@ every widget imports its formatting from one place.
 
 from __future__ import annotations
 
-from app.core.units import (
-    NA,
-    GiB,
-    KiB,
-    MiB,
-    TiB,
-    fmt_ago,
-    fmt_bytes,
-    fmt_count,
-    fmt_duration,
-    fmt_fraction,
-    fmt_gib,
-    fmt_percent,
-    fmt_since,
-    is_unknown,
-)
+from app.core.units import NA, fmt_gib, fmt_percent, is_unknown
 
-__all__ = [
-    "NA", "GiB", "KiB", "MiB", "TiB", "fmt_ago", "fmt_bytes", "fmt_count", "fmt_duration",
-    "fmt_fraction", "fmt_gib", "fmt_memory_usage", "fmt_percent", "fmt_since", "fmt_temp",
-    "fmt_watts",
-]
+__all__ = ["fmt_memory_usage", "fmt_temp", "fmt_watts"]
 
 
 def fmt_temp(celsius: float | None) -> str:

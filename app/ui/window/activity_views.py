@@ -14,10 +14,10 @@ from app.core.agents.events import DecisionUpdate, ModelEventRecord, target_text
 from app.core.control.records import UNLOAD, ModelAction
 from app.core.control.requests import SetAutoUnload
 from app.core.monitor.samples import Snapshot
+from app.core.units import fmt_bytes, fmt_fraction
 from app.ui.agents.activity import ActivityEntry, reason_text
 from app.ui.settings.values import AutoUnloadSettings
 from app.ui.style import palette as pal
-from app.ui.style.format import fmt_bytes, fmt_fraction
 
 
 def auto_unload_request(settings: AutoUnloadSettings) -> SetAutoUnload:
@@ -40,6 +40,7 @@ class ActivityViews:
         Auto-unload control edits its settings through the controller; its
         decisions arrive with the snapshots."""
         getter = runner if runner is None or callable(runner) else (lambda: runner)
+        self.policy = getter
         core = self.controller.core
         core.set_policy_runner(getter)
         self.controller.submit(auto_unload_request(self.settings.auto_unload))
@@ -62,6 +63,13 @@ class ActivityViews:
     def _on_policy_decision(self, update: DecisionUpdate) -> None:
         """A pressure-policy decision, new or with its results."""
         d = update.decision
+        runner = self.controller.core.policy_runner()
+        if runner is not self._decisions_of:
+            # A new source brings a new runner: its decisions count from 1 again, and
+            # the old one's unloads will never report back.
+            self._decisions_of = runner
+            self._policy_pending.clear()
+            self._policy_actions.clear()
         from app.core.policies import pressure as pp
 
         did = next((g.display_id for g in (self._latest.gpus if self._latest else ())

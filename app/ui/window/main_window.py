@@ -99,6 +99,8 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         #: Unloads the policy decided that have not finished: (pid, model) -> decision.
         self._policy_pending: dict[tuple[int, str], object] = {}
         self._policy_actions: dict[tuple[int, str, int], ModelAction] = {}
+        self._decisions_of: object = None  # the PolicyRunner they came from
+        self.policy: object = None  # set_policy: where the controller finds the runner
 
         self.setWindowTitle(APP_TITLE)
         self.resize(1280, 860)

@@ -16,9 +16,9 @@ from PySide6.QtGui import QFont
 
 from app.core.agents.types import AgentReport, DeviceMemory
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample
+from app.core.units import NA, fmt_bytes, fmt_duration, fmt_percent
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, unknown_reason
 from app.ui.style import palette as pal
-from app.ui.style.format import NA, fmt_bytes, fmt_duration, fmt_percent
 
 # (gpu display_id, pid, create_time); (display_id, UNATTRIBUTED_KEY, None) for the
 # unattributed row.

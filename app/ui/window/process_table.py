@@ -228,5 +228,4 @@ class ProcessTable(QTableView):
             self.process_selected.emit(current[0], current[1])
 
 
-__all__ = ["AGENT_ROLE", "COL_AGENT", "COL_CACHE", "COL_PID", "COL_RSS", "COL_VRAM", "KEY_ROLE",
-           "ProcessTable"]
+__all__ = ["ProcessTable"]

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Iterable
 
 from app.core.monitor.samples import DeviceState, Snapshot
-from app.ui.style.format import fmt_gib
+from app.core.units import fmt_gib
 
 
 def source_text(snapshot: Snapshot) -> str:

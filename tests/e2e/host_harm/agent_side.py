@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.agents import client as agent_client
+from app.core.agents import connection as agent_connection
+from app.core.agents import registry as agent_registry
 from app.core.agents.types import AgentEntry, AgentReport, ModelInfo
 
 POLL_INTERVAL_S = 0.25
@@ -113,7 +115,7 @@ class AgentSide:
 
     # -- poller
     def _lookup(self) -> AgentEntry | None:
-        for entry in agent_client.read_registry(self.runtime):
+        for entry in agent_registry.read_registry(self.runtime):
             if entry.pid == self._pid:
                 return entry
         return None
@@ -131,7 +133,7 @@ class AgentSide:
             try:
                 agent_client.query_report(self._entry, timeout_s=REPORT_TIMEOUT_S)
                 self.polls_ok += 1
-            except (agent_client.AgentUnavailable, agent_client.AgentError) as exc:
+            except (agent_connection.AgentUnavailable, agent_connection.AgentError) as exc:
                 if self._finished:
                     self.polls_failed_at_exit += 1
                 else:
@@ -156,7 +158,7 @@ class AgentSide:
         while True:
             try:
                 return agent_client.query_report(entry, timeout_s=REPORT_TIMEOUT_S)
-            except (agent_client.AgentUnavailable, agent_client.AgentError):
+            except (agent_connection.AgentUnavailable, agent_connection.AgentError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
@@ -171,7 +173,7 @@ class AgentSide:
             return outcome
         try:
             report = self.fresh_report(entry, _within(ATTACH_TIMEOUT_S, deadline))
-        except (agent_client.AgentUnavailable, agent_client.AgentError) as exc:
+        except (agent_connection.AgentUnavailable, agent_connection.AgentError) as exc:
             outcome.error = f"no report: {exc}"
             return outcome
         for name in unload:

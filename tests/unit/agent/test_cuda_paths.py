@@ -519,9 +519,10 @@ def test_free_cache_over_the_socket(install, agent):
 
 def test_free_cache_error_reaches_the_apps_client(install, agent):
     from app.core.agents import client as agent_client
+    from app.core.agents import registry as agent_registry
     fake = install(two_devices())
     fake.empty_error = RuntimeError("CUDA error: device-side assert triggered")
-    entry = next(e for e in agent_client.read_registry(os.path.dirname(agent.registry_dir))
+    entry = next(e for e in agent_registry.read_registry(os.path.dirname(agent.registry_dir))
                  if e.pid == os.getpid())
     res = agent_client.free_cache(entry, 10.0)
     assert res.ok is False and "device-side assert" in (res.error or "")

@@ -22,7 +22,7 @@ import pytest
 from app.agent import protocol
 from app.agent.server import Options, Server
 from app.core.agents import client as agent_client
-from app.core.agents.client import AgentConnection
+from app.core.agents.connection import AgentConnection
 from app.core.agents.types import AgentEntry
 
 from .conftest import PYTHON, REPO, Client, short_tmpdir

@@ -132,7 +132,7 @@ def test_a_decision_done_within_one_tick_arrives_once_and_new():
     assert update.new and update.decision.done and directory.calls
 
 
-def test_the_collector_attaches_decisions_to_error_snapshots_too():
+def test_what_happens_while_the_source_is_down_arrives_with_the_next_good_snapshot():
     collector, agents, clock = demo_collector()
     try:
         runner = PolicyRunner(agents, synchronous=True)
@@ -140,8 +140,10 @@ def test_the_collector_attaches_decisions_to_error_snapshots_too():
         full = snap(gpu(fraction=0.95), report(20, model("a", gib=10.0)))
         runner.observe(full)  # no agent 20 in the demo: the unload fails, and says so
         error = collector._error_snapshot("driver gone", 0.0)
-        [update] = error.policy_decisions
-        assert update.decision.done and not update.decision.results[0].ok
+        assert error.gpus == () and error.policy_decisions == () and error.model_events == ()
+        clock.now += 0.25
+        [update] = collector.collect().policy_decisions
+        assert update.new and update.decision.done and not update.decision.results[0].ok
     finally:
         collector.close()
 

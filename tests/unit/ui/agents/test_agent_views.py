@@ -15,8 +15,9 @@ from app.core.agents.types import AgentReport, DeviceMemory, FreeCacheResult, Mo
 from app.core.control.controller import AppController
 from app.core.control.records import CacheAction
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
+from app.core.units import GiB, MiB
 from app.ui.agents.agent_actions import cache_summary
-from app.ui.agents.agent_views import (
+from app.ui.agents.model_list import (
     MCOL_CLASS,
     MCOL_DEVICE,
     MCOL_DTYPE,
@@ -26,8 +27,7 @@ from app.ui.agents.agent_views import (
     MCOL_PARAMS,
     MCOL_SIZE,
 )
-from app.ui.style.format import GiB, MiB
-from app.ui.window.process_table import AGENT_ROLE, COL_AGENT, COL_CACHE, COL_PID
+from app.ui.window.process_rows import AGENT_ROLE, COL_AGENT, COL_CACHE, COL_PID
 
 NOW = 1_700_000_000.0
 

@@ -14,8 +14,9 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.agents.types import ModelActionResult, ModelEvent, ModelInfo
 from app.core.policies.pressure import PolicyRunner
+from app.core.units import GiB, MiB
 from app.ui.agents import model_list
-from app.ui.agents.agent_views import (
+from app.ui.agents.model_list import (
     MCOL_DEVICE,
     MCOL_IDLE,
     MCOL_NAME,
@@ -24,7 +25,6 @@ from app.ui.agents.agent_views import (
     MCOL_STATE,
 )
 from app.ui.settings.values import AutoUnloadSettings
-from app.ui.style.format import GiB, MiB
 from tests.unit.ui.agents.test_agent_views import NOW, device, gpu, proc, report, snap, with_runner
 from tests.unit.ui.agents.test_agent_views import FakeDirectory as _FreeCacheFake
 from tests.unit.ui.conftest import Ticks
@@ -258,7 +258,7 @@ def test_idle_texts_use_the_agents_idle_clock():
     ("captured into a CUDA graph: its replays read the weights at their addresses", False),
 ])
 def test_only_training_evidence_is_overridable(reason, force):
-    from app.ui.agents.model_actions import overridable
+    from app.core.agents.unload_reasons import overridable
 
     assert overridable(reason) is force
 
@@ -550,6 +550,33 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
     assert window.action_label.text() == (
         "Auto-unload: GPU 0: unloaded 1 of 1 (pipe.unet (1.6 GiB)), released 1.6 GiB")
     assert text(model_rows(view), "pipe.unet", MCOL_STATE) == "Resident"  # as reported
+
+
+def test_a_new_controller_keeps_the_policy_and_a_new_runner_drops_old_pending_unloads(window):
+    runner = PolicyRunner(ModelFake(block=True))
+    window.set_policy(runner)
+    with_runner(window, ModelFake(block=True))  # a new controller after the policy
+    assert window.controller.core.policy_runner() is runner
+    tick = Ticks(window, policy=runner)
+    full = notebook_snap(mem=22 * GiB)
+    runner.observe(full)
+    tick(full)
+    view = window.open_details(20)
+    assert text(model_rows(view), "pipe.unet", MCOL_STATE) == "Unloading…"
+    # The source changes: a new runner, whose decisions start from seq 1 again. The old
+    # runner's unload will never report back, so it is no longer shown as running.
+    fresh = PolicyRunner(ModelFake())
+    window.set_policy(fresh)
+    busy = [mi("m-train", "model", training=True, evidence="train mode", blocker="train mode",
+               idle=2)]
+    crowded = snap([gpu(0, proc(20, 23 * GiB))], {20: notebook(busy)}, t=11.0)
+    fresh.observe(crowded)
+    Ticks(window, policy=fresh)(crowded)
+    assert window.action_label.text() == "Auto-unload: GPU 0 at 96 %, nothing eligible to unload"
+    window.on_snapshot(notebook_snap(t=12.0))
+    assert text(model_rows(view), "pipe.unet", MCOL_STATE) == "Resident"
+    runner.directory.gate.set()
+    runner.close()
 
 
 def test_nothing_eligible_is_said(window):

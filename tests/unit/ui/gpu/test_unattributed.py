@@ -13,11 +13,11 @@ from PySide6.QtCore import Qt
 from app.core.monitor.history import History, HistoryConfig
 from app.core.monitor.plot_data import shape
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
+from app.core.units import GiB, MiB, fmt_bytes, fmt_gib
 from app.ui.gpu.panel import GpuPanel
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 from app.ui.style import palette as pal
-from app.ui.style.format import GiB, MiB, fmt_bytes, fmt_gib
-from app.ui.window.process_table import COL_VRAM, KEY_ROLE
+from app.ui.window.process_rows import COL_VRAM, KEY_ROLE
 
 PID = 101
 

@@ -12,11 +12,11 @@ from PySide6.QtWidgets import QComboBox, QPushButton
 from app.core.monitor.history import History
 from app.core.monitor.plot_data import OTHER_KEY, TOP_N
 from app.core.monitor.samples import DeviceState, GpuSample, ProcessSample, Snapshot
+from app.core.units import GiB
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 from app.ui.style import palette as pal
-from app.ui.style.format import GiB
 from app.ui.window.main_window import MainWindow
-from app.ui.window.process_table import COL_PID, COL_RSS, COL_VRAM, KEY_ROLE
+from app.ui.window.process_rows import COL_PID, COL_RSS, COL_VRAM, KEY_ROLE
 
 
 def table_rows(window):

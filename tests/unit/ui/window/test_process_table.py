@@ -8,8 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample, Snapshot
+from app.core.units import GiB, MiB
 from app.ui.style import palette as pal
-from app.ui.style.format import GiB, MiB
 from app.ui.window.process_rows import (
     AGENT_ROLE,
     COL_COMMAND,
