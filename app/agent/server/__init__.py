@@ -6,18 +6,8 @@ TCP on 127.0.0.1 with an HMAC challenge where AF_UNIX is unavailable
 partial-frame and idle timeouts.  Handlers that may be slow (free_cache, gc)
 run on a short-lived worker thread so other clients keep being served.
 
-Fairness
-    Every client of the same user looks alike, so a full table must never
-    lock the app out: a connection arriving at ``max_connections`` evicts one
-    that is there (``Server._eviction_rank`` says which) instead of being
-    refused, and the evicted one gets a ``busy`` error frame before it is
-    closed.  A client that leaks or hoards connections therefore evicts the
-    least recently active ones (its own idle ones first), while the app's
-    short connections (connect, one request, close) always get in.
-    Subscriptions are capped separately (``max_subscribers``), evicting the
-    oldest subscriber.  A same-user client reconnecting in a tight loop can
-    still win the race for a slot: that is beyond what a listener can tell
-    apart.
+A full table never locks the app out: a new connection evicts a present
+one instead of being refused (``fairness`` says which and why).
 
 Modules: ``listener`` (the ``Server``: sockets, the loop, frames in and
 out), ``dispatch`` (requests: authentication, methods, the worker thread),
