@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from app.agent import protocol
+from app.core.agents.types import AgentEntry
 
 
 def report_json(pid: int, allocated: int = 1000, reserved: int = 4000) -> dict[str, Any]:
@@ -111,6 +112,12 @@ class FakeAgent:
         if self.token:
             data["token"] = self.token
         return data
+
+    def entry(self) -> AgentEntry:
+        """The registry entry a client would read for this agent."""
+        entry = AgentEntry.from_json(self.entry_json())
+        assert entry is not None
+        return entry
 
     def register(self, runtime: str, create_time: float | None = None, name: str | None = None
                  ) -> str:

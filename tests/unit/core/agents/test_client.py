@@ -9,27 +9,12 @@ import pytest
 
 from app.core.agents import client as agent_client
 from app.core.agents.connection import AgentConnection
-from app.core.agents.types import AgentEntry
-from tests.fakes.fake_agent import FakeAgent
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
 
 
-@pytest.fixture
-def agent(runtime):
-    fake = FakeAgent(sock_dir=runtime)
-    yield fake
-    fake.close()
-
-
-def entry_of(fake: FakeAgent) -> AgentEntry:
-    entry = AgentEntry.from_json(fake.entry_json())
-    assert entry is not None
-    return entry
-
-
 def test_ping_report_free_cache_and_gc(agent):
-    entry = entry_of(agent)
+    entry = agent.entry()
     with AgentConnection(entry, 2.0) as conn:
         assert conn.hello["pid"] == agent.pid
         assert conn.call("ping") == {"pong": True}

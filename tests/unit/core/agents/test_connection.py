@@ -28,27 +28,14 @@ from tests.fakes.fake_agent import FakeAgent
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
 
 
-@pytest.fixture
-def agent(runtime):
-    fake = FakeAgent(sock_dir=runtime)
-    yield fake
-    fake.close()
-
-
-def entry_of(fake: FakeAgent) -> AgentEntry:
-    entry = AgentEntry.from_json(fake.entry_json())
-    assert entry is not None
-    return entry
-
-
 def test_request_ids_increase_and_params_arrive(agent):
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         conn.call("report", {"models": True})
     assert ("report", {"models": True}) in agent.requests
 
 
 def test_error_reply_is_a_typed_error_and_connection_stays_usable(agent):
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         with pytest.raises(AgentError) as info:
             conn.call("fail")
         assert info.value.code == "failed" and info.value.message == "it broke"
@@ -60,7 +47,7 @@ def test_error_reply_is_a_typed_error_and_connection_stays_usable(agent):
 
 def test_events_are_queued_not_mistaken_for_replies(agent):
     agent.events_before_reply = 3
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         assert conn.call("ping") == {"pong": True}
         events = conn.events()
         assert [e["event"] for e in events] == ["oom"] * 3
@@ -69,7 +56,7 @@ def test_events_are_queued_not_mistaken_for_replies(agent):
 
 def test_hung_agent_times_out_within_the_timeout(agent):
     agent.hang = True
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         started = time.monotonic()
         with pytest.raises(AgentTimeout):
             conn.call("ping", timeout_s=0.2)
@@ -85,15 +72,15 @@ def test_agent_that_never_says_hello_times_out(agent):
     agent.hang_hello = True
     started = time.monotonic()
     with pytest.raises(AgentUnavailable):
-        AgentConnection(entry_of(agent), 0.2)
+        AgentConnection(agent.entry(), 0.2)
     assert time.monotonic() - started < 0.6
-    result = agent_client.free_cache(entry_of(agent), 0.3)
+    result = agent_client.free_cache(agent.entry(), 0.3)
     assert not result.ok and "timed out" in result.error
 
 
 def test_late_reply_after_a_timeout_is_skipped(agent):
     agent.delay_s = 0.3
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         with pytest.raises(AgentTimeout):
             conn.call("report", timeout_s=0.1)
         agent.delay_s = 0.0
@@ -102,7 +89,7 @@ def test_late_reply_after_a_timeout_is_skipped(agent):
 
 def test_malformed_frame_closes_the_connection(agent):
     agent.garbage = True
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         with pytest.raises(AgentUnavailable, match="malformed"):
             conn.call("ping")
         assert conn.closed
@@ -113,15 +100,15 @@ def test_malformed_frame_closes_the_connection(agent):
 def test_non_object_result_is_rejected(agent):
     agent.bad_result = True
     with pytest.raises(AgentUnavailable, match="malformed"):
-        agent_client.query_report(entry_of(agent), 2.0)
+        agent_client.query_report(agent.entry(), 2.0)
 
 
 def test_newer_protocol_major_gives_a_clear_error(agent):
     agent.protocol_version = 2
     with pytest.raises(AgentIncompatible, match="protocol 2.*update"):
-        AgentConnection(entry_of(agent), 2.0)
+        AgentConnection(agent.entry(), 2.0)
     agent.protocol_version = "1.4"  # same major: fine
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         assert conn.call("ping") == {"pong": True}
 
 
@@ -135,7 +122,7 @@ def test_nothing_listening_is_unavailable(runtime):
 
 
 def test_peer_closing_mid_call_is_unavailable(agent):
-    with AgentConnection(entry_of(agent), 2.0) as conn:
+    with AgentConnection(agent.entry(), 2.0) as conn:
         conn.call("ping")
         agent.close()
         with pytest.raises(AgentUnavailable):
@@ -148,7 +135,7 @@ def test_peer_closing_mid_call_is_unavailable(agent):
 def test_tcp_agent_with_hmac_challenge():
     fake = FakeAgent(transport="tcp")
     try:
-        entry = entry_of(fake)
+        entry = fake.entry()
         with AgentConnection(entry, 2.0) as conn:
             assert conn.call("ping") == {"pong": True}
         assert fake.requests[0][0] == "auth"

@@ -12,7 +12,7 @@ from app.core.agents import client as agent_client
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.event_log import ModelEventLog
 from app.core.agents.hub import AgentHub
-from app.core.agents.types import AgentEntry, ModelEvent
+from app.core.agents.types import ModelEvent
 from tests.fakes.fake_agent import FakeAgent
 from tests.unit.core.conftest import wait_for
 
@@ -26,15 +26,13 @@ def fake(runtime):
     agent.close()
 
 
-def entry_of(agent: FakeAgent) -> AgentEntry:
-    return AgentEntry.from_json(agent.entry_json())
 
 
 # ------------------------------------------------------------------ client
 
 
 def test_unload_then_reload_returns_the_agents_events(fake):
-    entry = entry_of(fake)
+    entry = fake.entry()
     result = agent_client.unload(entry, "m2", to="disk")
     assert result.ok and result.code is None and result.error is None
     ev = result.event
@@ -54,35 +52,35 @@ def test_unload_then_reload_returns_the_agents_events(fake):
 
 
 def test_a_refusal_keeps_the_agents_reason_and_code(fake):
-    result = agent_client.unload(entry_of(fake), "m1")
+    result = agent_client.unload(fake.entry(), "m1")
     assert not result.ok and result.code == "refused"
     assert result.error == "training evidence: train mode"
     assert result.to_json()["code"] == "refused" and result.to_json()["state"] is None
-    forced = agent_client.unload(entry_of(fake), "m1", force=True)
+    forced = agent_client.unload(fake.entry(), "m1", force=True)
     assert forced.ok and fake.requests[-1][1]["force"] is True
 
 
 def test_unknown_model_is_not_found(fake):
-    for result in (agent_client.unload(entry_of(fake), "nope"),
-                   agent_client.reload(entry_of(fake), "nope"),
-                   agent_client.pin(entry_of(fake), "nope", True)):
+    for result in (agent_client.unload(fake.entry(), "nope"),
+                   agent_client.reload(fake.entry(), "nope"),
+                   agent_client.pin(fake.entry(), "nope", True)):
         assert not result.ok and result.code == "not_found"
 
 
 def test_pressure_reason_is_sent_and_an_older_strict_agent_gets_it_dropped(fake):
-    result = agent_client.unload(entry_of(fake), "m2", reason="pressure")
+    result = agent_client.unload(fake.entry(), "m2", reason="pressure")
     assert result.ok and result.event.reason == "pressure"
     assert fake.requests[-1][1]["reason"] == "pressure"
-    agent_client.reload(entry_of(fake), "m2")
+    agent_client.reload(fake.entry(), "m2")
     fake.strict_params = True
-    again = agent_client.unload(entry_of(fake), "m2", reason="pressure")
+    again = agent_client.unload(fake.entry(), "m2", reason="pressure")
     assert again.ok
     assert [r[1].get("reason") for r in fake.requests if r[0] == "unload"][-2:] == [
         "pressure", None]
 
 
 def test_pin_and_idle_policy(fake):
-    entry = entry_of(fake)
+    entry = fake.entry()
     pinned = agent_client.pin(entry, "m2", True)
     assert pinned.ok and pinned.pinned is True and fake.models[1]["pinned"] is True
     assert agent_client.pin(entry, "m2", False).pinned is False
@@ -98,19 +96,19 @@ def test_pin_and_idle_policy(fake):
 def test_a_hung_agent_times_out_and_a_gone_one_is_unavailable(fake):
     fake.hang = True
     started = time.monotonic()
-    result = agent_client.unload(entry_of(fake), "m2", timeout_s=0.3)
+    result = agent_client.unload(fake.entry(), "m2", timeout_s=0.3)
     assert time.monotonic() - started < 2.0
     assert not result.ok and result.code == "timeout" and "may still finish" in result.error
-    assert agent_client.set_idle_unload(entry_of(fake), 5, timeout_s=0.3)["code"] == "timeout"
+    assert agent_client.set_idle_unload(fake.entry(), 5, timeout_s=0.3)["code"] == "timeout"
     fake.close()
-    gone = agent_client.reload(entry_of(fake), "m2", timeout_s=0.5)
+    gone = agent_client.reload(fake.entry(), "m2", timeout_s=0.5)
     assert not gone.ok and gone.code == "unavailable"
 
 
 def test_an_agent_without_the_model_manager_says_unknown_method(runtime):
     old = FakeAgent(sock_dir=runtime)  # no with_models(): an older agent
     try:
-        result = agent_client.unload(entry_of(old), "m1")
+        result = agent_client.unload(old.entry(), "m1")
         assert not result.ok and result.code == "unknown_method"
     finally:
         old.close()
@@ -207,7 +205,7 @@ def test_hub_actions_never_hold_up_polling_and_events_arrive_once(runtime, sleep
         assert hub.events_since(cursor) == ([], cursor)
         # an unload the agent did on its own (its idle TTL) reaches the log through a report
         fake.action_delay_s = 0.0
-        agent_client.reload(AgentEntry.from_json(fake.entry_json()), "m2")
+        agent_client.reload(fake.entry(), "m2")
         assert wait_for(lambda: hub.events_since(cursor)[0])
         events, cursor = hub.events_since(cursor)
         assert [(e.seq, e.action) for _, e in events] == [(2, "reload")]

@@ -16,16 +16,8 @@ import pytest
 
 from app.core.agents import registry
 from app.core.agents.registry import read_registry
-from tests.fakes.fake_agent import FakeAgent
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
-
-
-@pytest.fixture
-def agent(runtime):
-    fake = FakeAgent(sock_dir=runtime)
-    yield fake
-    fake.close()
 
 
 def test_runtime_dir_follows_env(monkeypatch, tmp_path):
