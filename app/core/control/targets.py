@@ -5,7 +5,7 @@ auto-unload rules call idle."""
 from __future__ import annotations
 
 from app.core.agents.types import VramBreakdown
-from app.core.monitor.naming import process_label
+from app.core.monitor.naming import label_or_pid, process_label
 from app.core.monitor.samples import Snapshot
 
 
@@ -37,7 +37,7 @@ def freeable_on_gpu(snapshot: Snapshot, display_id: str) -> dict[int, str]:
         b = VramBreakdown.of(p.gpu_memory, report.device_for_gpu(gpu.index, gpu.uuid),
                              report.param_bytes_for_gpu(gpu.index, gpu.uuid))
         if b.cache is not None and b.cache > 0:
-            out[p.pid] = (process_label(p) if (p.name or p.command) else f"pid {p.pid}")
+            out[p.pid] = label_or_pid(p)
     return out
 
 

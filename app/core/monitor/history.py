@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.core.monitor.naming import process_label
-from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
+from app.core.monitor.naming import label_or_pid
+from app.core.monitor.samples import GpuSample, Snapshot
 
 ProcessKey = tuple[int, float | None]  # (pid, create time)
 
@@ -234,7 +234,7 @@ class GpuHistory:
                 values[row] = proc.gpu_memory
             self.last_seen[key] = now
             if key not in self.labels:
-                self.labels[key] = _label(proc)
+                self.labels[key] = label_or_pid(proc)
         used = float("nan") if gpu.memory_used is None else float(gpu.memory_used)
         util = float("nan") if gpu.utilization_gpu is None else float(gpu.utilization_gpu)
         total = float(proc_total) if known else float("nan")
@@ -370,12 +370,6 @@ class History:
 
     def bound_bytes(self) -> int:
         return self.config.bound_bytes_per_gpu() * max(1, len(self.gpus))
-
-
-def _label(proc: ProcessSample) -> str:
-    if not proc.name and not proc.command:
-        return f"pid {proc.pid}"
-    return process_label(proc)
 
 
 def _lazy_array(shape: tuple[int, int], dtype: type) -> np.ndarray:

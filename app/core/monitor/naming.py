@@ -49,3 +49,10 @@ def _python_target(args: list[str]) -> str | None:
 def process_label(proc: ProcessSample) -> str:
     """Legend label: "train.py (20417)"."""
     return f"{short_name(proc)} ({proc.pid})"
+
+
+def label_or_pid(proc: ProcessSample) -> str:
+    """:func:`process_label`, or "pid 20417" when the process has no name or command."""
+    if not proc.name and not proc.command:
+        return f"pid {proc.pid}"
+    return process_label(proc)

@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.agents.types import AgentReport, VramBreakdown
-from app.core.monitor.naming import process_label
+from app.core.monitor.naming import label_or_pid
 from app.core.monitor.samples import GpuSample, ProcessSample
 from app.core.units import fmt_bytes
 from app.ui.style import palette as pal
@@ -299,7 +299,7 @@ class AgentSection(QWidget):
         for row, (p, report, b) in zip(self.rows, entries):
             label = self._labels.get(p.key)
             if label is None:
-                label = process_label(p) if (p.name or p.command) else f"pid {p.pid}"
+                label = label_or_pid(p)
             labels[p.key] = label
             title = f"{label} on GPU {gpu.display_id}"
             if report.torch is None:
