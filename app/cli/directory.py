@@ -54,12 +54,13 @@ def read_reports(directory: AgentDirectory, timeout_s: float) -> list[AgentAnswe
 
     if not isinstance(directory, AgentHub):
         return [AgentAnswer(None, r) for _, r in sorted(directory.reports().items())]
-    from app.core.agents import client
+    from app.core.agents.client import query_report
+    from app.core.agents.connection import AgentError, AgentUnavailable
 
     def one(entry: AgentEntry) -> AgentAnswer:
         try:
-            return AgentAnswer(entry, client.query_report(entry, timeout_s))
-        except (client.AgentUnavailable, client.AgentError) as exc:
+            return AgentAnswer(entry, query_report(entry, timeout_s))
+        except (AgentUnavailable, AgentError) as exc:
             return AgentAnswer(entry, None, str(exc))
 
     return gather(one, directory.entries())
