@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.ui.style import palette as pal
+from app.ui.style.painting import rounded_track
 
 
 class MemoryGauge(QWidget):
@@ -37,14 +38,7 @@ class MemoryGauge(QWidget):
         return pal.level_color(self.level, self.palette())
 
     def paintEvent(self, event) -> None:  # noqa: N802
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        radius = rect.height() / 2
-        track = QPainterPath()
-        track.addRoundedRect(rect, radius, radius)
-        p.fillPath(track, pal.faint(self.palette()))
-        p.setClipPath(track)
+        p, rect = rounded_track(self)
         w = rect.width()
         if self.reserved_fraction:
             res_w = w * self.reserved_fraction

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette
+from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.agents.types import AgentReport, VramBreakdown
@@ -19,6 +19,7 @@ from app.core.monitor.naming import label_or_pid
 from app.core.monitor.samples import GpuSample, ProcessSample
 from app.core.units import fmt_bytes
 from app.ui.style import palette as pal
+from app.ui.style.painting import rounded_track
 from app.ui.style.text import elide_keeping_pid
 
 # -- breakdown figures ----------------------------------------------------------------------
@@ -110,16 +111,9 @@ class BreakdownBar(QWidget):
             self.update()
 
     def paintEvent(self, event) -> None:  # noqa: N802
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        radius = rect.height() / 2
-        track = QPainterPath()
-        track.addRoundedRect(rect, radius, radius)
+        p, rect = rounded_track(self)
         palette = self.palette()
-        p.fillPath(track, pal.faint(palette))
         if self.scale > 0:
-            p.setClipPath(track)
             x = rect.left()
             for name in SEGMENTS:
                 v = self.sizes.get(name)
