@@ -19,7 +19,7 @@ from typing import Any
 
 from . import figures as _fig
 from . import forks
-from .running import Scope
+from .running import Scope, current_frames
 
 RESIDENT = "resident"
 UNLOADING = "unloading"
@@ -188,7 +188,7 @@ class ModelGuard:
             return []
         skip = set(self.waiters)
         skip.add(_get_ident())
-        frames = sys._current_frames()
+        frames = current_frames()
         frame = None
         try:
             out = []

@@ -10,13 +10,35 @@ a forward that passed its hook before that has its frame on the stack already.
 
 from __future__ import annotations
 
+import gc
+import sys
 import weakref
+from types import FrameType
 from typing import Any
 
 MAX_STACK_DEPTH = 4000
 
 #: torch's frames of a Module call (``model(x)``): their ``self`` is the module.
 CALL_FRAMES = frozenset(("_call_impl", "_wrapped_call_impl"))
+
+
+def current_frames() -> dict[int, FrameType]:
+    """``sys._current_frames()``, safe on CPython 3.11 and older.
+
+    There it allocates while holding the runtime's head lock; a garbage
+    collection started by that allocation can free a tensor, whose finaliser
+    (torch's) takes the GIL through a path that needs the same lock, and the
+    whole process hangs (CPython gh-106883, fixed in 3.12).  The collector is
+    paused for the call, and only when it was running: a host that turned it
+    off keeps it off.
+    """
+    if sys.version_info >= (3, 12) or not gc.isenabled():
+        return sys._current_frames()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        gc.enable()
 
 
 class Scope:
