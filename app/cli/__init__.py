@@ -21,8 +21,12 @@ import sys
 from app import APP_NAME, __version__
 from app.cli import agents, gui, models, run, status
 from app.cli.common import EXIT_NO_SOURCE, EXIT_OK
+from app.cli.demo_option import DemoAction, attach_scenarios
 
 __all__ = ["EXIT_NO_SOURCE", "build_parser", "main"]
+
+DEMO_HELP = ("simulated GPUs and processes instead of NVML; --demo=GxP: G GPUs with "
+             "P processes each (e.g. --demo=8x64)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,12 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     # Accepted before or after the sub-command; SUPPRESS keeps a sub-command's
     # absent flag from overwriting one given before it.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--demo", action="store_true", default=argparse.SUPPRESS,
-                        help="simulated GPUs and processes instead of NVML")
+    common.add_argument("--demo", action=DemoAction, default=argparse.SUPPRESS,
+                        help=DEMO_HELP)
     common.add_argument("--seed", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    parser.add_argument("--demo", action="store_true",
-                        help="simulated GPUs and processes instead of NVML")
+    parser.add_argument("--demo", action=DemoAction, default=False, help=DEMO_HELP)
+    parser.set_defaults(demo_size=None)
     parser.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)
     gui.add_options(parser)
     sub = parser.add_subparsers(dest="command")
@@ -60,12 +64,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_scenarios(sys.argv[1:] if argv is None else argv,
+                                              _commands(parser)))
     if getattr(args, "func", None) is None:
         gui.check_options(parser, args)
         return gui.cmd_gui(args)
     result: int = args.func(args)
     return result
+
+
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    """The sub-command names (``--demo`` never takes one as its value)."""
+    return {name for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction) for name in action.choices}
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from app.core.monitor.source import GpuSource
 
 
-def _make_source(demo: bool, seed: int = 7) -> GpuSource:
+def _make_source(demo: bool, seed: int = 7, size: tuple[int, int] | None = None) -> GpuSource:
     if demo:
-        from app.core.monitor.demo_source import DemoSource
+        from app.core.monitor.demo_source import demo_source
 
-        return DemoSource(seed=seed)
+        return demo_source(size, seed)
     from app.core.monitor.nvml_source import NvmlSource
 
     return NvmlSource()
@@ -32,7 +32,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from app.core.monitor.report import snapshot_to_json, snapshot_to_table
     from app.core.monitor.source import SourceUnavailable
 
-    collector = Collector(_make_source(args.demo, args.seed))
+    collector = Collector(_make_source(args.demo, args.seed, size=args.demo_size))
     try:
         collector.open()
     except SourceUnavailable as exc:

@@ -335,6 +335,17 @@ class DemoSource(GpuSource):
         self._released[index] += max(0, int(nbytes)) // MiB * MiB
 
 
+def demo_source(size: tuple[int, int] | None = None, seed: int = 7,
+                clock: Callable[[], float] = time.monotonic) -> DemoSource:
+    """What ``--demo`` runs: the scripted workstation, or for ``size`` = (GPUs,
+    processes per GPU) the scaled machine of :func:`scaled_scenario`, laid out
+    as the benchmarks lay it out (its scripted processes have no agents)."""
+    if size is None:
+        return DemoSource(seed=seed, clock=clock)
+    gpus, processes = scaled_scenario(*size)
+    return DemoSource(seed=seed, clock=clock, gpus=gpus, processes=processes)
+
+
 @dataclass(frozen=True, slots=True)
 class WatchedState:
     """A watched demo process at the last read (for its simulated agent)."""

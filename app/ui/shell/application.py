@@ -44,11 +44,12 @@ def app_icon() -> QIcon:
     return icon
 
 
-def _source_factory(demo: bool, seed: int) -> Callable[[], GpuSource]:
+def _source_factory(demo: bool, seed: int, size: tuple[int, int] | None = None
+                    ) -> Callable[[], GpuSource]:
     if demo:
-        from app.core.monitor.demo_source import DemoSource
+        from app.core.monitor.demo_source import demo_source
 
-        return lambda: DemoSource(seed=seed)
+        return lambda: demo_source(size, seed)
     from app.core.monitor.nvml_source import NvmlSource
 
     return NvmlSource
@@ -56,10 +57,12 @@ def _source_factory(demo: bool, seed: int) -> Callable[[], GpuSource]:
 
 def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str | None = None,
             after_s: float = 2.0, seed: int = 7, minimised: bool = False,
-            theme: str | None = None) -> int:
+            theme: str | None = None, size: tuple[int, int] | None = None,
+            demo_size: tuple[int, int] | None = None) -> int:
     """The app.  ``period_s`` and ``theme`` override the saved settings for this run
-    only; ``screenshot`` renders offscreen, reads the settings but never writes them,
-    and runs beside an open instance instead of raising it."""
+    only; ``screenshot`` renders offscreen at ``size`` (width, height), reads the
+    settings but never writes them, and runs beside an open instance instead of
+    raising it.  ``demo_size`` (GPUs, processes per GPU) scales the demo."""
     started = time.perf_counter()
     if screenshot:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -104,11 +107,12 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     # goes through one controller: it runs them on its worker threads against the
     # sampler's current agent directory (it changes with the source); the window, the
     # tray and notifications send it requests.
-    sampler = Sampler(_source_factory(demo, seed), period_s)
+    sampler = Sampler(_source_factory(demo, seed, demo_size), period_s)
     controller = ControllerAdapter(AppController(lambda: sampler.agents))
     window = MainWindow(history, settings=settings, controller=controller)
     sampler.snapshot_ready.connect(window.on_snapshot)
-    window.demo_requested.connect(lambda: sampler.switch_source(_source_factory(True, seed)))
+    window.demo_requested.connect(
+        lambda: sampler.switch_source(_source_factory(True, seed, demo_size)))
     window.retry_requested.connect(sampler.retry)
     # The memory-pressure policy runs in the sampler's Collector (it decides on every
     # snapshot and unloads on a thread of its own); the controller applies the
@@ -117,7 +121,7 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     window.set_policy(lambda: sampler.policy)
 
     if screenshot:
-        rc = _screenshot(qt_app, window, sampler, Path(screenshot), after_s, started)
+        rc = _screenshot(window, sampler, Path(screenshot), after_s, started, size)
     else:
         shell = _desktop_shell(qt_app, window, sampler, store, themes)
         if instance is not None:
@@ -179,11 +183,16 @@ def _desktop_shell(qt_app: QApplication, window: MainWindow, sampler: Sampler,
     return shell
 
 
-def _screenshot(qt_app: QApplication, window: MainWindow, sampler: Sampler, path: Path,
-                after_s: float, started: float) -> int:
-    from PySide6.QtCore import QTimer
+def _screenshot(window: MainWindow, sampler: Sampler, path: Path,
+                after_s: float, started: float, size: tuple[int, int] | None = None) -> int:
+    from PySide6.QtCore import QEventLoop, QTimer
 
     result = {"rc": 1}
+    # A local loop, not the application's: ending it leaves the QApplication as it
+    # was (quit() would mark the whole application as closing down).
+    loop = QEventLoop()
+    if size is not None:
+        window.resize(*size)  # never below the window's minimum size
     window.show()
     sampler.start()
 
@@ -199,14 +208,25 @@ def _screenshot(qt_app: QApplication, window: MainWindow, sampler: Sampler, path
     sampler.snapshot_ready.connect(on_first)
 
     def save() -> None:
-        window.refresh()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        ok = window.grab().save(str(path))
-        result["rc"] = 0 if ok else 1
-        if not ok:
-            print(f"could not write {path}", file=sys.stderr)
-        qt_app.quit()
+        # Whatever goes wrong, the event loop must end: an exception here
+        # would otherwise leave the app running with nothing left to do.
+        try:
+            window.refresh()
+            shown = (window.width(), window.height())
+            if size is not None and shown != size:
+                print(f"vram-steward: the window cannot be {size[0]}x{size[1]}; "
+                      f"the screenshot is {shown[0]}x{shown[1]}", file=sys.stderr)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            ok = window.grab().save(str(path))
+            result["rc"] = 0 if ok else 1
+            if not ok:
+                print(f"vram-steward: could not write the screenshot {path}", file=sys.stderr)
+        except OSError as exc:
+            print(f"vram-steward: could not write the screenshot {path}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+        finally:
+            loop.quit()
 
     QTimer.singleShot(int(max(0.0, after_s) * 1000), save)
-    qt_app.exec()
+    loop.exec()
     return result["rc"]

@@ -35,7 +35,7 @@ def fake_nvml(monkeypatch):
     fake = FakeNvml([FakeGpu("NVIDIA RTX A6000", total=48 * GiB, used=5 * GiB),
                      FakeGpu("NVIDIA RTX A6000", total=48 * GiB, used=0)])
 
-    def make_source(demo: bool, seed: int = 7):
+    def make_source(demo: bool, seed: int = 7, size=None):
         if demo:
             from app.core.monitor.demo_source import DemoSource
             return DemoSource(seed=seed)
@@ -106,7 +106,7 @@ def test_status_table_shows_na_for_unknown(capsys, fake_nvml):
 
 
 def test_status_without_driver_exits_2_with_one_line_reason(capsys, monkeypatch):
-    monkeypatch.setattr(cli_status, "_make_source", lambda demo, seed=7: NvmlSource(nvml=FakeNvml.no_library()))
+    monkeypatch.setattr(cli_status, "_make_source", lambda demo, seed=7, size=None: NvmlSource(nvml=FakeNvml.no_library()))
     rc, out, err = run_cli(capsys, "status", "--json")
     assert rc == cli.EXIT_NO_SOURCE == 2
     assert out == ""
