@@ -13,7 +13,8 @@ the GUI thread); ``poll`` fills the records in and notifies the listeners.
 Busy set: a request for a process (free cache, gc) or a model (unload, reload,
 pin; the idle timer is keyed (pid, None)) that an action is running on is
 refused with ``Refusal.BUSY``; a "Free all caches" skips the busy processes
-and frees the others.
+and frees the others.  A terminate needs no agent (nor an agent directory) and
+is busy per pid (:mod:`app.core.control.terminate`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.placement import gpu_of_device
 from app.core.agents.types import ModelActionResult
-from app.core.control import targets
+from app.core.control import targets, terminate
 from app.core.control.measure import gpu_used, nvml_usage
 from app.core.control.records import (
     IDLE_TTL,
@@ -40,7 +41,10 @@ from app.core.control.records import (
     Action,
     CacheAction,
     ModelAction,
+    Outcome,
     PolicyApplied,
+    TerminateAction,
+    TerminateResult,
 )
 from app.core.control.requests import (
     CollectGarbage,
@@ -52,6 +56,7 @@ from app.core.control.requests import (
     RequestError,
     SetAutoUnload,
     SetIdleUnload,
+    Terminate,
     Unload,
     UnloadIdle,
 )
@@ -126,6 +131,7 @@ class AppController:
         # and a pin or timer change must not wait behind a multi-second unload.
         self._cache_pool = concurrent.futures.ThreadPoolExecutor(2, "vram-steward-cache")
         self._model_pool = concurrent.futures.ThreadPoolExecutor(4, "vram-steward-model")
+        self._kill_pool = concurrent.futures.ThreadPoolExecutor(2, "vram-steward-terminate")
         self._futures: set[concurrent.futures.Future[None]] = set()
         self._running: dict[int, Action] = {}  # id -> action
         self._ran_on: dict[int, AgentDirectory | None] = {}  # id -> its directory
@@ -174,6 +180,10 @@ class AppController:
         return {pid for a in self._running.values() if isinstance(a, CacheAction)
                 for pid in a.pids}
 
+    def terminating(self) -> set[int]:
+        """Processes a terminate is running on."""
+        return {a.pid for a in self._running.values() if isinstance(a, TerminateAction)}
+
     def busy_models(self) -> set[tuple[int, str | None]]:
         """(pid, model id) of running model actions; (pid, None): the idle timer."""
         return {a.key for a in self._running.values() if isinstance(a, ModelAction)}
@@ -192,6 +202,10 @@ class AppController:
         when the latest snapshot does not allow it."""
         if isinstance(request, SetAutoUnload):
             return self._set_auto_unload(request)
+        if isinstance(request, Terminate):  # needs no agent
+            action = terminate.check(self.latest, request, self.terminating())
+            self._start(action)
+            return action
         if not self.available:
             raise RequestError(Refusal.UNAVAILABLE, "agent actions are not available")
         if isinstance(request, FreeCache):
@@ -299,6 +313,8 @@ class AppController:
         self._notify(Update(STARTED, action))
         if isinstance(action, CacheAction):
             fut = self._cache_pool.submit(self._run_cache, action, directory)
+        elif isinstance(action, TerminateAction):
+            fut = self._kill_pool.submit(self._run_terminate, action)
         else:
             fut = self._model_pool.submit(self._run_model, action, directory)
         self._futures.add(fut)
@@ -316,6 +332,13 @@ class AppController:
         answer: Any = None
         try:
             answer = run_model_action(action, directory, self.model_timeout_s)
+        finally:
+            self._post(FINISHED, action, answer)
+
+    def _run_terminate(self, action: TerminateAction) -> None:
+        answer: Any = None
+        try:
+            answer = terminate.run(action)
         finally:
             self._post(FINISHED, action, answer)
 
@@ -351,6 +374,9 @@ class AppController:
         if isinstance(action, CacheAction):
             if answer is not None:
                 action.gc_result = answer
+        elif isinstance(action, TerminateAction):
+            action.result = answer if isinstance(answer, TerminateResult) else (
+                TerminateResult(Outcome.FAILED, reason="no answer"))
         else:
             if action.kind == IDLE_TTL:
                 action.ttl_result = answer if isinstance(answer, dict) else {
@@ -429,7 +455,7 @@ class AppController:
             time.sleep(0.005)
 
     def close(self) -> None:
-        for pool in (self._cache_pool, self._model_pool):
+        for pool in (self._cache_pool, self._model_pool, self._kill_pool):
             pool.shutdown(wait=False, cancel_futures=True)
 
 

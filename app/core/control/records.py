@@ -3,8 +3,10 @@ process, as the agent answered it, and what NVML showed before and after.
 
 Records are created when a request is accepted, filled in by the controller
 on its owner's thread (never by a worker), and measured against the first
-snapshot at least ``settle_s`` after the action finished: the driver lags
-behind the allocator.  ``freed`` is the agent's own figure, taken once.
+snapshot at least ``settle_s`` after the action finished (the driver lags
+behind the allocator) other than the first one after the answer, which may
+have been sampled while the action still ran.  ``freed`` is the agent's own
+figure, taken once; a model action's figures are its :attr:`ModelAction.figures`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,18 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from app.core.agents.types import FreeCacheResult, ModelActionResult, ModelEvent
 from app.core.agents.unload_reasons import overridable
-from app.core.control.measure import gpu_used, nvml_usage, released
+from app.core.control.measure import (
+    ActionFigures,
+    allocator_cache,
+    gpu_used,
+    nvml_usage,
+    released,
+)
 from app.core.monitor.samples import Snapshot
 
 FREE = "free_cache"
@@ -25,6 +34,7 @@ UNLOAD = "unload"
 RELOAD = "reload"
 PIN = "pin"
 IDLE_TTL = "idle_ttl"
+TERMINATE = "terminate"
 
 _ids = itertools.count(1)
 
@@ -52,6 +62,7 @@ class CacheAction:
     measured: bool = False
     released: dict[int, int | None] = field(default_factory=dict)  # NVML bytes released
     gpu_released: int | None = None
+    snapshots_after: int = 0  # snapshots offered to measure() since the answer
 
     @classmethod
     def free(cls, pids: Any, snapshot: Snapshot | None, labels: dict[int, str] | None = None,
@@ -103,8 +114,9 @@ class CacheAction:
         least ``settle_s`` after the action finished)."""
         if self.kind != FREE or self.measured or self.done_at is None:
             return self.measured
+        self.snapshots_after += 1
         now = time.monotonic() if now is None else now
-        if now - self.done_at < settle_s:
+        if now - self.done_at < settle_s or self.snapshots_after < 2:
             return False
         for pid in self.pids:
             self.released[pid] = released(self.baseline.get(pid), nvml_usage(snapshot, pid))
@@ -131,6 +143,9 @@ class ModelAction:
     display_id: str | None = None  # the model's GPU
     baseline: int | None = None  # NVML bytes of the process on that GPU at the click
     gpu_before: int | None = None
+    #: False: a record of an unload the controller did not run (the pressure policy's),
+    #: which nobody measures against NVML.
+    nvml: bool = True
     id: int = field(default_factory=_next_id)
     started: float = field(default_factory=time.monotonic)
     # Filled in as it runs.
@@ -141,6 +156,8 @@ class ModelAction:
     measured: bool = False
     released: int | None = None  # NVML bytes released by the process on its GPU
     gpu_released: int | None = None
+    cache_after: int | None = None  # its allocator's cache in the same snapshot
+    snapshots_after: int = 0  # snapshots offered to measure() since the answer
 
     @property
     def key(self) -> tuple[int, str | None]:
@@ -181,7 +198,7 @@ class ModelAction:
 
     @property
     def wants_measure(self) -> bool:
-        return self.kind in (UNLOAD, RELOAD) and self.ok
+        return self.kind in (UNLOAD, RELOAD) and self.ok and self.nvml
 
     def who(self) -> str:
         return self.name or self.model or "model"
@@ -192,13 +209,24 @@ class ModelAction:
         ``settle_s`` after the action finished).  Unload and reload only."""
         if self.kind not in (UNLOAD, RELOAD) or self.measured or self.done_at is None:
             return self.measured
+        self.snapshots_after += 1
         now = time.monotonic() if now is None else now
-        if now - self.done_at < settle_s:
+        if now - self.done_at < settle_s or self.snapshots_after < 2:
             return False
         self.released = released(self.baseline, nvml_usage(snapshot, self.pid, self.display_id))
         self.gpu_released = released(self.gpu_before, gpu_used(snapshot, self.display_id))
+        self.cache_after = allocator_cache(snapshot, self.pid, self.display_id)
         self.measured = True
         return True
+
+    @property
+    def figures(self) -> ActionFigures:
+        """The agent's figures of this unload / reload and, once measured, NVML's."""
+        f = ActionFigures.of_event(self.event)
+        if self.measured:
+            return ActionFigures(f.moved, f.released, self.released, self.cache_after,
+                                 measured=True)
+        return ActionFigures(f.moved, f.released, measuring=self.wants_measure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +238,95 @@ class PolicyApplied:
     error: str | None = None
 
 
-Action = CacheAction | ModelAction
+class Outcome(StrEnum):
+    """How a terminate ended."""
 
-__all__ = ["FREE", "GC", "IDLE_TTL", "PIN", "RELOAD", "UNLOAD", "Action", "CacheAction",
-           "ModelAction", "PolicyApplied"]
+    EXITED = "exited"  # it stopped after SIGTERM
+    KILLED = "killed"  # it was still running after the grace time: SIGKILL
+    GONE = "gone"  # it had exited before anything was sent
+    REFUSED = "refused"  # nothing sent: not ours, or its pid names another process now
+    FAILED = "failed"  # a signal could not be sent, or it survived SIGKILL
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateResult:
+    """What the worker saw; ``elapsed_s`` counts from SIGTERM (None: none sent)."""
+
+    outcome: Outcome
+    elapsed_s: float | None = None
+    reason: str | None = None
+
+
+@dataclass(eq=False)
+class TerminateAction:
+    """One process terminated: SIGTERM, SIGKILL after ``grace_s``; the VRAM it held
+    at the click and what NVML shows released afterwards."""
+
+    pid: int
+    create_time: float
+    grace_s: float
+    label: str = ""  # "train.py (20417)"
+    gpus: tuple[str, ...] = ()  # display ids of the GPUs it was on at the click
+    vram_before: int | None = None  # its NVML bytes over those GPUs at the click
+    gpu_before: dict[str, int | None] = field(default_factory=dict)  # each GPU's used bytes
+    kind: str = TERMINATE
+    id: int = field(default_factory=_next_id)
+    # Filled in as it runs.
+    result: TerminateResult | None = None
+    done_at: float | None = None
+    # Filled in by measure().
+    measured: bool = False
+    released: int | None = None  # its NVML bytes then, against the click (gone: all)
+    gpu_released: int | None = None  # the GPUs' used bytes, summed
+    snapshots_after: int = 0  # snapshots offered to measure() since the answer
+
+    @property
+    def key(self) -> tuple[int, float]:
+        return (self.pid, self.create_time)
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self.result.outcome if self.result is not None else None
+
+    @property
+    def ok(self) -> bool:
+        """It is no longer running because of our signal."""
+        return self.outcome in (Outcome.EXITED, Outcome.KILLED)
+
+    @property
+    def wants_measure(self) -> bool:
+        return self.ok
+
+    def measure(self, snapshot: Snapshot, now: float | None = None, settle_s: float = 0.5
+                ) -> bool:
+        """NVML now against the click: True once measured (first snapshot at least
+        ``settle_s`` after it ended, not the first one).  A process NVML no longer
+        lists holds 0 bytes."""
+        if not self.ok or self.measured or self.done_at is None:
+            return self.measured
+        self.snapshots_after += 1
+        now = time.monotonic() if now is None else now
+        if now - self.done_at < settle_s or self.snapshots_after < 2:
+            return False
+        listed = [p for g in snapshot.gpus for p in g.processes if p.key == self.key]
+        after = 0 if not listed else (
+            None if any(p.gpu_memory is None for p in listed)
+            else sum(p.gpu_memory or 0 for p in listed))
+        self.released = released(self.vram_before, after)
+        drops = [released(before, gpu_used(snapshot, did))
+                 for did, before in self.gpu_before.items()]
+        self.gpu_released = (None if not drops or any(d is None for d in drops)
+                             else sum(d or 0 for d in drops))
+        self.measured = True
+        return True
+
+
+Action = CacheAction | ModelAction | TerminateAction
+
+__all__ = ["FREE", "GC", "IDLE_TTL", "PIN", "RELOAD", "TERMINATE", "UNLOAD", "Action",
+           "CacheAction", "ModelAction", "Outcome", "PolicyApplied", "TerminateAction",
+           "TerminateResult"]

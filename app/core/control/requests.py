@@ -106,8 +106,25 @@ class SetAutoUnload:
     min_interval_s: float  # seconds
 
 
+#: Seconds between SIGTERM and SIGKILL when a process is terminated.
+TERMINATE_GRACE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    """Stop process ``pid`` (SIGTERM, then SIGKILL after ``grace_s``).
+
+    ``create_time`` is the start time the user saw (its ``ProcessSample.key``):
+    a process that started later under the same pid is never signalled.  None:
+    the process the latest snapshot shows under ``pid``."""
+
+    pid: int
+    create_time: float | None = None
+    grace_s: float = TERMINATE_GRACE_S
+
+
 Request = (FreeCache | CollectGarbage | Unload | Reload | Pin | SetIdleUnload | UnloadIdle
-           | SetAutoUnload)
+           | SetAutoUnload | Terminate)
 
 
 class Refusal(StrEnum):
@@ -121,6 +138,11 @@ class Refusal(StrEnum):
     UNKNOWN_MODEL = "unknown_model"
     BUSY = "busy"  # an action on the same process / model is running
     NOTHING_TO_DO = "nothing_to_do"
+    NOT_OWNED = "not_owned"  # another user's process (terminate)
+    PROTECTED = "protected"  # pid 1, the app itself (terminate)
+    NOT_VISIBLE = "not_visible"  # a pid from another PID namespace (terminate)
+    GONE = "gone"  # the process has exited, or its pid now names another one
+    SIMULATED = "simulated"  # a demo process: nothing real to signal
 
 
 class RequestError(ValueError):
@@ -131,5 +153,6 @@ class RequestError(ValueError):
         self.code = code
 
 
-__all__ = ["CollectGarbage", "FreeCache", "Pin", "Refusal", "Reload", "Request",
-           "RequestError", "SetAutoUnload", "SetIdleUnload", "Unload", "UnloadIdle"]
+__all__ = ["TERMINATE_GRACE_S", "CollectGarbage", "FreeCache", "Pin", "Refusal", "Reload",
+           "Request", "RequestError", "SetAutoUnload", "SetIdleUnload", "Terminate", "Unload",
+           "UnloadIdle"]

@@ -287,8 +287,13 @@ def test_unload_is_measured_on_its_gpu(clock):
     action = c.submit(Unload(10, "m1"))
     assert c.wait(3)
     clock.t += 1.0
-    c.on_snapshot(snap([proc(10, 7 * GiB)], agents, t=12.0))
+    # The first snapshot after the answer may have been sampled while it ran: not that one.
+    c.on_snapshot(snap([proc(10, 8 * GiB)], agents, t=11.0))
+    assert not action.measured
+    after = {10: report(10, allocated=GiB, reserved=GiB + (512 << 20), models=[model("m1")])}
+    c.on_snapshot(snap([proc(10, 7 * GiB)], after, t=12.0))
     assert action.measured and action.released == GiB and action.gpu_released == GiB
+    assert action.cache_after == 512 << 20  # the allocator's cache in that same snapshot
 
 
 def test_a_process_exiting_mid_request(clock):
@@ -304,6 +309,7 @@ def test_a_process_exiting_mid_request(clock):
     assert action.errors == [(11, "agent went away")]
     clock.t += 1.0
     gone = snap([proc(10, 8 * GiB)], {10: two_agents().agents[10]}, t=12.0)
+    c.on_snapshot(gone)
     c.on_snapshot(gone)
     assert action.measured and action.released == {10: 0, 11: None}
     # And a request for it now is refused: it left the snapshot.
