@@ -79,21 +79,28 @@ class MarkerLayer:
             key = "failed" if not mk.ok else ("unload" if mk.action == "unload" else "reload")
             groups[key][0].append(float(x))
             groups[key][1].append(mk.y / GiB if mk.y is not None else fallback)
-        styles = {"unload": (self.unload, pal.MARKER_UNLOAD),
-                  "reload": (self.reload, pal.MARKER_RELOAD),
-                  "failed": (self.failed, pal.LEVEL_COLORS[pal.LEVEL_CRITICAL])}
-        edge = pal.background(palette)
+        scatters = {"unload": self.unload, "reload": self.reload, "failed": self.failed}
         for key, (xs, ys) in groups.items():
-            scatter, color = styles[key]
+            scatter = scatters[key]
             if not xs:
                 scatter.clear()
                 scatter.hide()
                 continue
-            scatter.setData(x=xs, y=ys, brush=pg.mkBrush(color),
-                            pen=pg.mkPen(edge, width=1) if key != "failed"
-                            else pg.mkPen(color, width=2))
+            scatter.setData(x=xs, y=ys)
             scatter.show()
+        self.apply_theme(palette)
         return True
+
+    def apply_theme(self, palette: QPalette) -> None:
+        """Neutral markers in ``palette``'s colours: the shape tells unload (▼), reload
+        (▲) and a failed action (✕) apart, never a level or process colour."""
+        color = pal.marker_color(palette)
+        edge = pg.mkPen(pal.background(palette), width=1)
+        for scatter in (self.unload, self.reload):
+            scatter.setBrush(pg.mkBrush(color))
+            scatter.setPen(edge)
+        self.failed.setBrush(pg.mkBrush(color))
+        self.failed.setPen(pg.mkPen(color, width=2))
 
     def shift(self, now_epoch: float | None) -> float:
         """From the markers' frame to the plot's (seconds before ``now_epoch``)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtGui import QBrush, QColor, QPainter, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.agents.types import AgentReport, VramBreakdown
@@ -31,6 +31,9 @@ SEGMENT_NAMES = {
     "cache": "Cache (freeable)",
     "context": "Context & non-PyTorch",
 }
+#: The same names where the panel is narrow (the tooltip keeps the long ones).
+SHORT_NAMES = {"parameters": "Params", "tensors": "Tensors", "cache": "Cache",
+               "context": "Context"}
 
 
 def segment_color(name: str, palette: QPalette) -> QColor:
@@ -41,6 +44,13 @@ def segment_color(name: str, palette: QPalette) -> QColor:
     if name == "cache":
         return QColor(pal.BREAKDOWN_CACHE)
     return pal.context_color(palette)
+
+
+def fill_segment(p: QPainter, rect: QRectF, name: str, palette: QPalette) -> None:
+    """Fill ``rect`` as segment ``name``; the cache is hatched (freeable, not in use)."""
+    p.fillRect(rect, segment_color(name, palette))
+    if name == "cache":
+        p.fillRect(rect, QBrush(QColor(pal.BREAKDOWN_CACHE_HATCH), Qt.BrushStyle.BDiagPattern))
 
 
 def breakdown_of(report: AgentReport, gpu_index: int, nvml_used: int | None,
@@ -67,7 +77,7 @@ def bar_total(b: VramBreakdown) -> int:
 
 def breakdown_tooltip(title: str, b: VramBreakdown) -> str:
     def f(v: int | None) -> str:
-        return fmt_bytes(v, 2)
+        return fmt_bytes(v)
     lines = [
         title,
         f"NVML used: {f(b.nvml_used)}",
@@ -120,7 +130,7 @@ class BreakdownBar(QWidget):
                 if not v:
                     continue
                 w = rect.width() * v / self.scale
-                p.fillRect(QRectF(x, rect.top(), w, rect.height()), segment_color(name, palette))
+                fill_segment(p, QRectF(x, rect.top(), w, rect.height()), name, palette)
                 x += w
         p.end()
 
@@ -133,20 +143,27 @@ class BreakdownLegend(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.setToolTip(
             "Parameters: model weights (live tensors)\n"
             "Other tensors: activations, gradients, optimizer state (live tensors)\n"
             "Cache: reserved by PyTorch's caching allocator but unused; Free cache returns it\n"
             "Context & non-PyTorch: NVML used − reserved (CUDA context, libraries)")
 
-    def sizeHint(self) -> QSize:  # noqa: N802
+    def _width(self, names: dict[str, str]) -> int:
         fm = self.fontMetrics()
-        w = sum(self.SW + 5 + fm.horizontalAdvance(SEGMENT_NAMES[s]) for s in SEGMENTS)
-        return QSize(w + self.GAP * (len(SEGMENTS) - 1) + 2, fm.height() + 2)
+        w = sum(self.SW + 5 + fm.horizontalAdvance(names[s]) for s in SEGMENTS)
+        return w + self.GAP * (len(SEGMENTS) - 1) + 2
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(self._width(SEGMENT_NAMES), self.fontMetrics().height() + 2)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802
-        return self.sizeHint()
+        return QSize(self._width(SHORT_NAMES), self.fontMetrics().height() + 2)
+
+    def names(self) -> dict[str, str]:
+        """The long names where they fit, else the short ones."""
+        return SEGMENT_NAMES if self.width() >= self._width(SEGMENT_NAMES) else SHORT_NAMES
 
     def paintEvent(self, event) -> None:  # noqa: N802
         p = QPainter(self)
@@ -155,11 +172,12 @@ class BreakdownLegend(QWidget):
         h = self.height()
         x = 1
         p.setPen(pal.muted(palette))
+        names = self.names()
         for name in SEGMENTS:
             top = (h - self.SW) // 2
-            p.fillRect(x, top, self.SW, self.SW, segment_color(name, palette))
+            fill_segment(p, QRectF(x, top, self.SW, self.SW), name, palette)
             x += self.SW + 5
-            text = SEGMENT_NAMES[name]
+            text = names[name]
             p.drawText(x, 0, fm.horizontalAdvance(text) + 1, h,
                        int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
             x += fm.horizontalAdvance(text) + self.GAP

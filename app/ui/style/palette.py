@@ -1,34 +1,42 @@
-"""Colours: process curves, gauge levels, and theme-derived greys.
+"""Colours: each family means one thing.
 
-Process colours are a colour-blind-friendly qualitative set (Okabe & Ito,
-"Color Universal Design", minus its black and yellow, which vanish on one
-background or the other, plus two of Paul Tol's mid-tone colours).  Every
-entry has mid luminance so it reads on white *and* on a dark theme.
-
-Foreground/background/grey colours are never hard-coded: they are taken from
-the widget's :class:`QPalette`, so a dark theme only has to change the palette.
+* Levels (normal / warning / critical: blue, orange, vermillion from Okabe & Ito)
+  are only for how full a GPU is and for errors.  No other family comes within
+  30° of their hues.
+* Processes take a qualitative set of eight from the hues the levels leave free:
+  greens and teals, purples and pinks (no red, orange, yellow or blue).  Hue and
+  lightness both vary, so the colours on one panel stay apart under simulated
+  protanopia, deuteranopia and tritanopia (Machado 2009), and every entry keeps
+  at least 2.4:1 contrast on the light and on the dark plot background.
+  :class:`ProcessColors` gives a process one colour on every panel.
+* The PyTorch memory breakdown is one indigo hue in a dark and a light step,
+  with the cache (what "free cache" returns) hatched: shape, not hue, tells it
+  apart, on either theme and for any colour vision.
+* Everything else (totals, "other processes", context memory, event and agent
+  markers) is a grey taken from the widget's :class:`QPalette`, so a dark theme
+  only has to change the palette; unattributed memory is a greyed violet.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 
 from PySide6.QtGui import QColor, QPalette
 
 from app.core.policies.thresholds import ALERT_AT
 
-# Okabe-Ito: orange, sky blue, bluish green, vermillion, blue (lifted a little
-# so it survives a dark background), reddish purple; Tol: olive, rose.
+# Ordered so that the first few, taken when a panel shows few processes, are the
+# furthest apart (from each other and from the greys) for every colour vision:
+# purple, olive green, lilac, green, magenta, sea green, pink, dark teal.
 PROCESS_COLORS: tuple[str, ...] = (
-    "#E69F00",
-    "#56B4E9",
-    "#009E73",
-    "#D55E00",
-    "#2F7FD0",
-    "#CC79A7",
-    "#999933",
-    "#EE6677",
+    "#8447BD",
+    "#7A9E1A",
+    "#C98BEB",
+    "#2E8B3E",
+    "#D04BA8",
+    "#5CB885",
+    "#E889B8",
+    "#2E7470",
 )
 
 # Gauge levels.  Blue (not green) for "normal" keeps normal/critical apart for
@@ -48,17 +56,17 @@ LEVEL_COLORS: dict[str, str] = {
 }
 
 
-# VRAM breakdown of a PyTorch process (agent figures): model parameters and other
-# live tensors in two blues, the allocator's cache (what "free cache" returns) in
-# orange; the CUDA context and non-PyTorch memory take a theme grey (context_color).
-BREAKDOWN_PARAMS = "#2F7FD0"
-BREAKDOWN_TENSORS = "#56B4E9"
-BREAKDOWN_CACHE = "#E69F00"
-# The marker of processes with an agent (PyTorch's own orange-red).
-AGENT_COLOR = "#EE4C2C"
-# Model events on the VRAM graph: unload (memory given back) and reload.
-MARKER_UNLOAD = "#009E73"
-MARKER_RELOAD = "#2F7FD0"
+# VRAM breakdown of a PyTorch process (agent figures): model parameters dark and
+# other live tensors light indigo; the allocator's cache (what "free cache" returns)
+# is a pale indigo hatched with the dark one; the CUDA context and non-PyTorch
+# memory take a theme grey (context_color).
+BREAKDOWN_PARAMS = "#3C389C"
+BREAKDOWN_TENSORS = "#A8A4EC"
+BREAKDOWN_CACHE = "#D8D6F8"
+BREAKDOWN_CACHE_HATCH = BREAKDOWN_PARAMS
+# The dot marking processes with an agent: a neutral mid grey, legible on a light and
+# a dark table (a status light in a level or warm colour would read as an alarm).
+AGENT_COLOR = "#8C8C8C"
 
 
 def level_for(fraction: float | None) -> str:
@@ -79,41 +87,84 @@ def level_color(level: str, palette: QPalette | None = None) -> QColor:
     return muted(palette) if palette is not None else QColor("#888888")
 
 
-def preferred_index(key: Hashable) -> int:
-    """A deterministic palette slot for ``key`` (stable across runs, unlike ``hash``)."""
-    return zlib.crc32(repr(key).encode()) % len(PROCESS_COLORS)
+class ProcessColors:
+    """One colour per process, shared by every GPU panel of a window.
 
-
-class ColorAssigner:
-    """Gives each visible process a colour that stays with it while it is shown.
-
-    A process keeps its colour for as long as it stays among the assigned keys;
-    a newcomer takes its hash-preferred slot when free, else the first free one,
-    so the (at most eight) curves on one plot never share a colour.
+    Each panel (an *owner*: a display id, or any hashable) says which process
+    keys it draws now with :meth:`assign`.  A process keeps its colour while any
+    panel draws it, on every panel; once none does, the colour is free again.  A
+    newcomer takes the first colour that no process sharing a panel with it has,
+    preferring one no panel uses at all, so the curves on one panel never share a
+    colour while there are no more of them than colours (the top eight; a ninth,
+    highlighted process may repeat one while the others are dimmed).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, colors: Sequence[str] = PROCESS_COLORS) -> None:
+        self._colors = tuple(QColor(c) for c in colors)
         self._slot: dict[Hashable, int] = {}
+        self._drawn: dict[Hashable, tuple[Hashable, ...]] = {}  # owner -> keys drawn
 
-    def assign(self, keys: Iterable[Hashable]) -> dict[Hashable, QColor]:
-        keys = list(keys)
-        wanted = set(keys)
-        self._slot = {k: s for k, s in self._slot.items() if k in wanted}
-        used = set(self._slot.values())
-        n = len(PROCESS_COLORS)
+    def assign(self, owner: Hashable, keys: Iterable[Hashable]) -> dict[Hashable, QColor]:
+        """The colours of the process ``keys`` that ``owner`` draws from now on."""
+        keys = list(dict.fromkeys(keys))
+        before = set(self._drawn.get(owner, ()))
+        self._drawn[owner] = tuple(keys)
+        alive = {k for drawn in self._drawn.values() for k in drawn}
+        self._slot = {k: s for k, s in self._slot.items() if k in alive}
+        # Keys this owner drew before keep their colour first; a key that met one of
+        # the same colour here (it was drawn only on other panels) is given a new one.
+        taken: set[int] = set()
+        for key in sorted(keys, key=lambda k: k not in before):
+            slot = self._slot.get(key)
+            if slot is not None and slot not in taken:
+                taken.add(slot)
+            else:
+                self._slot.pop(key, None)
         for key in keys:
-            if key in self._slot:
-                continue
-            slot = preferred_index(key)
-            if slot in used and len(used) < n:
-                slot = next(i for i in range(n) if i not in used)
-            self._slot[key] = slot
-            used.add(slot)
-        return {k: QColor(PROCESS_COLORS[self._slot[k]]) for k in keys}
+            if key not in self._slot:
+                slot = self._free_slot(key, taken)
+                self._slot[key] = slot
+                taken.add(slot)
+        return {k: QColor(self._colors[self._slot[k]]) for k in keys}
 
-    def color(self, key: Hashable) -> QColor:
+    def _free_slot(self, key: Hashable, taken: set[int]) -> int:
+        near = set(taken)  # colours of the keys that share a panel with ``key``
+        for drawn in self._drawn.values():
+            if key in drawn:
+                near.update(self._slot[k] for k in drawn if k in self._slot)
+        used = set(self._slot.values())
+        n = len(self._colors)
+        for pool in ([i for i in range(n) if i not in near and i not in used],
+                     [i for i in range(n) if i not in near]):
+            if pool:
+                return pool[0]
+        counts = [0] * n
+        for drawn in self._drawn.values():
+            if key in drawn:
+                for k in drawn:
+                    if k in self._slot:
+                        counts[self._slot[k]] += 1
+        return min(range(n), key=counts.__getitem__)
+
+    def release(self, owner: Hashable) -> None:
+        """``owner`` draws nothing any more (its panel closed)."""
+        if self._drawn.pop(owner, None) is not None:
+            alive = {k for drawn in self._drawn.values() for k in drawn}
+            self._slot = {k: s for k, s in self._slot.items() if k in alive}
+
+    def drawn_colors(self) -> dict[tuple[Hashable, Hashable], QColor]:
+        """(owner, key) -> colour of every curve drawn now: the process table's swatches."""
+        return {(owner, key): QColor(self._colors[self._slot[key]])
+                for owner, keys in self._drawn.items() for key in keys if key in self._slot}
+
+    def color_of(self, key: Hashable, owner: Hashable | None = None) -> QColor | None:
+        """The colour of ``key``'s curve now: on ``owner``'s panel, or on any panel
+        when ``owner`` is None.  None while it has no curve of its own there (summed
+        into "other processes", or not on that GPU)."""
         slot = self._slot.get(key)
-        return QColor(PROCESS_COLORS[preferred_index(key) if slot is None else slot])
+        if slot is None or (owner is not None and key not in self._drawn.get(owner, ())):
+            return None
+        return QColor(self._colors[slot])
 
 
 def blend(a: QColor, b: QColor, t: float) -> QColor:
@@ -167,6 +218,17 @@ def context_color(palette: QPalette) -> QColor:
     """The "context & non-PyTorch" part of a breakdown bar: a grey on either theme."""
     return blend(palette.color(QPalette.ColorRole.WindowText),
                  palette.color(QPalette.ColorRole.Base), 0.62)
+
+
+def util_color(palette: QPalette) -> QColor:
+    """SM utilisation history: a theme grey between muted and foreground (it is
+    neither a level nor a process)."""
+    return blend(muted(palette), foreground(palette), 0.35)
+
+
+def marker_color(palette: QPalette) -> QColor:
+    """Model-event markers on a graph: the text colour, neutral on either theme."""
+    return foreground(palette)
 
 
 def is_dark(palette: QPalette) -> bool:
