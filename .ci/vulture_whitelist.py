@@ -21,6 +21,7 @@ _.changeEvent
 _.mousePressEvent
 _.mouseMoveEvent
 _.leaveEvent
+_.contextMenuEvent
 # QAbstractItemModel: the view asks for these.
 _.data
 _.headerData

@@ -21,7 +21,7 @@ from typing import Any
 from app.core.monitor.naming import short_name
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
-from app.core.units import fmt_gib
+from app.core.units import fmt_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +116,12 @@ class AlertPolicy:
     def paused(self, now: float) -> bool:
         return self._paused_until is not None and now < self._paused_until
 
+    def rearmed(self, display_id: str) -> bool:
+        """True when GPU ``display_id`` has not alerted or has since dropped below its
+        re-arm level: its last memory alert no longer holds."""
+        state = self._gpus.get(display_id)
+        return state is None or state.armed
+
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, snapshot: Snapshot) -> list[Alert]:
         now = snapshot.monotonic
@@ -148,12 +154,12 @@ class AlertPolicy:
             gpu.processes, key=lambda p: -(p.gpu_memory or 0))[:3])
         freeable = _freeable(gpu, snapshot.agents)
         title = f"GPU {gpu.display_id} at {level * 100:.0f} % of its memory"
-        parts = [f"{gpu.name}: {fmt_gib(gpu.memory_used)} of {fmt_gib(gpu.memory_total)} used."]
+        parts = [f"{gpu.name}: {fmt_bytes(gpu.memory_used)} of {fmt_bytes(gpu.memory_total)} used."]
         if top:
             parts.append("Top: " + ", ".join(
-                f"{t.name} ({t.pid}) {fmt_gib(t.gpu_memory)}" for t in top) + ".")
+                f"{t.name} ({t.pid}) {fmt_bytes(t.gpu_memory)}" for t in top) + ".")
         if freeable:
-            parts.append(f"Free cache could release about {fmt_gib(freeable)}.")
+            parts.append(f"Free cache could release about {fmt_bytes(freeable)}.")
         return Alert("memory", gpu.display_id, title, " ".join(parts), level=level,
                      used=gpu.memory_used, total=gpu.memory_total, top=top, freeable=freeable,
                      time=now)

@@ -24,11 +24,13 @@ from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app import APP_NAME
-from app.core.control.requests import FreeCache, UnloadIdle
-from app.core.control.targets import idle_models
+from app.core.control.requests import FreeCache, Reload, UnloadIdle
+from app.core.control.targets import idle_models, label_of
 from app.core.monitor.samples import Snapshot
 from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
+from app.core.policies.pressure import UNLOAD as POLICY_UNLOAD
 from app.ui.agents.activity import ActivityEntry
+from app.ui.agents.auto_unload import notice_texts
 from app.ui.settings.dialog import GpuEntry, SettingsDialog
 from app.ui.settings.values import AlertSettings, UiSettings
 from app.ui.shell.controller import ControllerAdapter
@@ -39,6 +41,10 @@ from app.ui.window.main_window import MainWindow
 log = logging.getLogger(__name__)
 
 PAUSE_S = 3600.0
+#: The notice of the first automatic unload, and its two actions.
+AUTO_UNLOAD_NOTICE = "auto-unload"
+RELOAD_NOW = "reload"
+AUTO_UNLOAD_OFF = "auto-unload-off"
 TRAY_POLL_MS = 5000
 TRAY_REFRESH_S = 1.0  # tooltip and menu text at most this often
 
@@ -83,6 +89,11 @@ class DesktopShell(QObject):
         self.notifier = Notifier(Channel.BANNER, None, dbus, window.alert_banner, self)
         self.notifier.free_requested.connect(self.free_caches)
         self.notifier.show_requested.connect(self.show_window)
+        self.notifier.action_requested.connect(self._on_notice_action)
+        #: The run's first automatic unload has been told of; what it unloaded
+        #: ((pid, model id, name, device), for "Reload now").
+        self.auto_unload_noticed = False
+        self._auto_unloaded: tuple[tuple[int, str, str, str], ...] = ()
         self.quitting = False
         self._latest: Snapshot | None = None
         self._gpu_ids: tuple[str, ...] = ()
@@ -182,6 +193,8 @@ class DesktopShell(QObject):
             self._apply_alert_settings()
         for alert in self.policy.evaluate(snapshot):
             self._alert(alert)
+        self._retract_banner(snapshot)
+        self._notice_auto_unload(snapshot)
         if self.tray is not None and time.monotonic() - self._tray_refreshed >= TRAY_REFRESH_S:
             self._refresh_tray()
 
@@ -203,10 +216,62 @@ class DesktopShell(QObject):
         log.info("alert (%s): %s", channel.value, alert.title)
         self.alerted.emit(alert, channel.value)
 
+    def _retract_banner(self, snapshot: Snapshot) -> None:
+        """The banner's memory alert goes once its GPU is below the re-arm level again,
+        or gone (not merely unread: the source failing says nothing of it); a process's
+        alert (an OOM) stays until dismissed."""
+        banner = self.window.alert_banner
+        alert = banner.alert
+        if banner.isHidden() or alert is None or alert.kind != "memory" \
+                or alert.display_id is None:
+            return
+        gone = snapshot.error is None and alert.display_id not in self._gpu_ids
+        if gone or self.policy.rearmed(alert.display_id):
+            banner.retract()
+
     def _apply_alert_settings(self) -> None:
         base, per_gpu = alert_configs(self.settings.alerts, self._latest)
         self.policy.config = base
         self.policy.per_gpu = per_gpu
+
+    # -- the first automatic unload ------------------------------------------------------------
+    def _notice_auto_unload(self, snapshot: Snapshot) -> None:
+        """The run's first automatic unload that went through gets a notice with
+        "Reload now" and "Turn off auto-unload"; later ones are told by the Activity
+        log and the Auto-unload control only."""
+        if self.auto_unload_noticed:
+            return
+        for update in snapshot.policy_decisions:
+            d = update.decision
+            if d.kind != POLICY_UNLOAD or not d.done or not d.unloaded:
+                continue
+            self.auto_unload_noticed = True
+            self._auto_unloaded = tuple((a.pid, a.model, a.name, a.device)
+                                        for a, _ in d.unloaded)
+            did = next((g.display_id for g in snapshot.gpus
+                        if (d.gpu_uuid and g.uuid == d.gpu_uuid)
+                        or (not d.gpu_uuid and g.index == d.gpu)), str(d.gpu))
+            title, body = notice_texts(d, f"GPU {did}", lambda pid: label_of(snapshot, pid))
+            channel = self.notifier.notify_actions(
+                AUTO_UNLOAD_NOTICE, title, body,
+                [(RELOAD_NOW, "Reload now"), (AUTO_UNLOAD_OFF, "Turn off auto-unload")])
+            log.info("auto-unload notice (%s): %s", channel.value, title)
+            return
+
+    def _on_notice_action(self, key: str, action: str) -> None:
+        if key != AUTO_UNLOAD_NOTICE:
+            return
+        if action == RELOAD_NOW:
+            for pid, model, name, device in self._auto_unloaded:
+                self.controller.submit(Reload(pid, model, name, device))
+        elif action == AUTO_UNLOAD_OFF:
+            self.turn_off_auto_unload()
+
+    def turn_off_auto_unload(self) -> None:
+        """As the control's checkbox does: the policy off, the setting saved."""
+        self.window.set_auto_unload(
+            dataclasses.replace(self.settings.auto_unload, enabled=False))
+        self.save()
 
     # -- actions ----------------------------------------------------------------------------
     def show_window(self) -> None:

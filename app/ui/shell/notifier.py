@@ -10,7 +10,7 @@
 * a system tray (Windows, macOS, Linux desktops with a tray but no
   notification server): the tray icon's messages.
 * no tray but a notification server (stock GNOME off Linux proper, BSDs): D-Bus.
-* nothing: a banner at the top of the window (and the Activity log).
+* nothing: a banner over the top of the window (and the Activity log).
 
 :class:`Notifier` sends an :class:`~app.core.policies.alerts.Alert` through the
 chosen channel and reports clicks on its actions as signals.
@@ -19,12 +19,16 @@ chosen channel and reports clicks on its actions as signals.
 from __future__ import annotations
 
 import enum
+import itertools
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -36,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.policies.alerts import Alert
+from app.ui.style import palette as pal
 
 
 class Channel(str, enum.Enum):
@@ -76,17 +81,28 @@ SHOW_ACTION = "default"  # the spec's name for a click on the notification itsel
 
 
 class AlertBanner(QWidget):
-    """A strip at the top of the window: the last resort for alerts, and one-time hints.
+    """A panel over the bottom of its parent: the last resort for alerts, and one-time hints.
 
-    Hidden, it takes no space (its margins are inside it)."""
+    An overlay, in no layout: it follows its parent's width (an event filter on the
+    parent's resizes), sits above its siblings and below the banners made before it,
+    so showing or hiding it moves nothing under it.  :meth:`retract` hides it when
+    what it says no longer holds; Dismiss hides it at once."""
 
     free_requested = Signal(str)  # display id ("" = every GPU)
     dismissed = Signal()
 
+    #: Gap to the parent's top and sides, and between two banners.
+    MARGIN = 10
+    #: The widest a banner gets (centred in a wider window).
+    MAX_WIDTH = 860
+
+    _made = itertools.count()
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._order = next(self._made)
         outer = QVBoxLayout(self)
-        outer.setContentsMargins(16, 10, 16, 0)
+        outer.setContentsMargins(0, 0, 0, 0)
         self.frame = QFrame(self)
         self.frame.setObjectName("alertBanner")
         self.frame.setFrameShape(QFrame.Shape.StyledPanel)
@@ -114,26 +130,130 @@ class AlertBanner(QWidget):
         lay.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignVCenter)
         self._display_id = ""
         self.kind = ""
+        #: The alert shown (None: a hint, or nothing).
+        self.alert: Alert | None = None
+        self._action_buttons: list[QPushButton] = []  # show_actions' own, until the next
         self.hide()
+        if parent is not None:
+            parent.installEventFilter(self)
 
     def show_message(self, title: str, body: str, kind: str = "alert",
-                     free_display_id: str | None = None) -> None:
-        """``free_display_id`` not None: offer "Free caches" for that GPU ("" = all)."""
+                     free_display_id: str | None = None, alert: Alert | None = None) -> None:
+        """``free_display_id`` not None: offer "Free caches" for that GPU ("" = all);
+        ``alert``: the alert this message tells of (see :attr:`alert`)."""
         self.kind = kind
+        self.alert = alert
+        self._drop_actions()
         self.title.setText(title)
         self.body.setText(body)
         self._display_id = free_display_id or ""
         self.free_button.setVisible(free_display_id is not None)
-        critical = kind == "alert"
-        self.frame.setStyleSheet(
-            "QFrame#alertBanner { border-radius: 6px; border: 1px solid %s; background: %s; }"
-            % (("#D55E00", "rgba(213, 94, 0, 40)") if critical
-               else ("#2F7FD0", "rgba(47, 127, 208, 30)")))
+        self._style()
         self.show()
+        self._place_all()
+
+    def retract(self) -> None:
+        """Hide: what the banner says no longer holds."""
+        self.alert = None
+        self.hide()
 
     def _dismiss(self) -> None:
-        self.hide()
+        self.retract()
         self.dismissed.emit()
+
+    def show_actions(self, title: str, body: str,
+                     actions: Sequence[tuple[str, Callable[[], None]]],
+                     kind: str = "hint") -> None:
+        """A message with buttons of its own, before Dismiss: (label, what a click
+        does); a click also hides the banner.  The next message drops them."""
+        self.show_message(title, body, kind)
+        lay = self.frame.layout()
+        for label, run in actions:
+            button = QPushButton(label, self.frame)
+            button.clicked.connect(lambda *_args, run=run: run())
+            button.clicked.connect(self._dismiss)
+            lay.insertWidget(lay.indexOf(self.close_button), button, 0,
+                             Qt.AlignmentFlag.AlignVCenter)
+            button.show()  # now, not on the layout's queued show: its width counts below
+            self._action_buttons.append(button)
+        self._place_all()
+
+    def action_labels(self) -> list[str]:
+        """The labels of :meth:`show_actions`' buttons shown now."""
+        return [b.text() for b in self._action_buttons]
+
+    def _drop_actions(self) -> None:
+        for button in self._action_buttons:
+            button.hide()
+            button.deleteLater()
+        self._action_buttons.clear()
+
+    def _style(self) -> None:
+        # Opaque: the content under the banner must not show through its text.
+        edge = QColor("#D55E00" if self.kind == "alert" else "#2F7FD0")
+        base = self.palette().color(QPalette.ColorRole.Window)
+        fill = pal.blend(base, edge, 0.16 if self.kind == "alert" else 0.12)
+        self.frame.setStyleSheet(
+            "QFrame#alertBanner { border-radius: 6px; border: 1px solid %s; background: %s; }"
+            % (pal.hex_color(edge), pal.hex_color(fill)))
+
+    # -- placement --------------------------------------------------------------------------
+    def _siblings(self) -> list[AlertBanner]:
+        parent = self.parentWidget()
+        if parent is None:
+            return [self]
+        return sorted((w for w in parent.children() if isinstance(w, AlertBanner)),
+                      key=lambda b: b._order)
+
+    def _place_all(self) -> None:
+        # Stacked up from the bottom edge: the GPU headers the alert is about stay in
+        # sight; the oldest banner sits lowest.
+        parent = self.parentWidget()
+        y = (parent.height() if parent is not None else 0) - self.MARGIN
+        for banner in self._siblings():
+            if not banner.isHidden():
+                y = banner._place(y) - self.MARGIN
+
+    def _place(self, bottom: int) -> int:
+        """Put the banner over its parent, ending at ``bottom``, above its siblings;
+        returns its top."""
+        parent = self.parentWidget()
+        if parent is None:
+            return bottom - self.height()
+        width = max(0, min(self.MAX_WIDTH, parent.width() - 2 * self.MARGIN))
+        height = self._height_for(width)
+        self.setGeometry((parent.width() - width) // 2, bottom - height, width, height)
+        self.raise_()
+        return bottom - height
+
+    def _height_for(self, width: int) -> int:
+        """The height that shows the whole text at ``width``: the buttons take their
+        room first, the wrapped body gets the rest (Qt's own height-for-width of a
+        label beside buttons comes out a line short)."""
+        lay = self.frame.layout()
+        m = lay.contentsMargins()
+        buttons = [w for w in self.frame.findChildren(QPushButton) if not w.isHidden()]
+        used = sum(b.sizeHint().width() + lay.spacing() for b in buttons)
+        text_w = max(50, width - m.left() - m.right() - used)
+        text_h = self.title.sizeHint().height()
+        if self.body.text():
+            text_h += 2 + self.body.heightForWidth(text_w)
+        tallest = max((b.sizeHint().height() for b in buttons), default=0)
+        return max(text_h, tallest) + m.top() + m.bottom() + 2
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802
+        if obj is self.parentWidget() and event.type() == QEvent.Type.Resize \
+                and not self.isHidden():
+            self._place_all()
+        return False
+
+    def event(self, event: QEvent) -> bool:
+        kind = event.type()
+        if kind in (QEvent.Type.LayoutRequest, QEvent.Type.Show, QEvent.Type.Hide):
+            self._place_all()  # its height changed, or the banners under it move
+        elif kind == QEvent.Type.PaletteChange and self.kind:
+            self._style()
+        return super().event(event)
 
 
 class Notifier(QObject):
@@ -141,6 +261,7 @@ class Notifier(QObject):
 
     free_requested = Signal(str)  # display id ("" = every GPU)
     show_requested = Signal()
+    action_requested = Signal(str, str)  # a notice's key, the key of its action clicked
 
     def __init__(self, channel: Channel, tray: Any = None, dbus: Any = None,
                  banner: AlertBanner | None = None, parent: QObject | None = None) -> None:
@@ -152,6 +273,7 @@ class Notifier(QObject):
         self.sent: list[tuple[Channel, Alert]] = []  # newest last, bounded
         self._ids: dict[str, int] = {}  # alert key -> server id, so a repeat replaces it
         self._actions: dict[int, str] = {}  # server id -> display id its Free button frees
+        self._notices: dict[int, str] = {}  # server id -> key of a notify_actions notice
         if dbus is not None and hasattr(dbus, "action_invoked"):
             dbus.action_invoked.connect(self._on_dbus_action)
         if banner is not None:
@@ -178,7 +300,7 @@ class Notifier(QObject):
             free = alert.display_id if alert.freeable else None
             # A banner stays until dismissed: say when it was true.
             self.banner.show_message(f"{alert.title} (at {time.strftime('%H:%M')})",
-                                     alert.message, "alert", free)
+                                     alert.message, "alert", free, alert=alert)
         self.sent.append((channel, alert))
         del self.sent[:-50]
         return channel
@@ -207,8 +329,34 @@ class Notifier(QObject):
             self._actions[nid] = alert.display_id
         return True
 
+    def notify_actions(self, key: str, title: str, body: str,
+                       actions: Sequence[tuple[str, str]]) -> Channel:
+        """A notice with buttons ((action key, label)); a click emits
+        ``action_requested(key, action key)``.  D-Bus notifications carry the
+        buttons; a tray message cannot, so there (and when D-Bus fails) the
+        window's banner shows the notice with them."""
+        if self.channel is Channel.DBUS and self.dbus is not None:
+            try:
+                nid = self.dbus.notify(title, body,
+                                       actions=[*actions, (SHOW_ACTION, "Show VRAM Steward")],
+                                       urgency=1, replaces_id=self._ids.get(key, 0))
+            except Exception:
+                nid = 0
+            if nid:
+                self._ids[key] = nid
+                self._notices[nid] = key
+                return Channel.DBUS
+        if self.banner is not None:
+            self.banner.show_actions(
+                f"{title} (at {time.strftime('%H:%M')})", body,
+                [(label, partial(self.action_requested.emit, key, action))
+                 for action, label in actions])
+        return Channel.BANNER
+
     def _on_dbus_action(self, nid: int, key: str) -> None:
-        if key == FREE_ACTION and nid in self._actions:
+        if nid in self._notices and key != SHOW_ACTION:
+            self.action_requested.emit(self._notices[nid], key)
+        elif key == FREE_ACTION and nid in self._actions:
             self.free_requested.emit(self._actions[nid])
         elif key == SHOW_ACTION:
             self.show_requested.emit()

@@ -6,14 +6,20 @@ departures, ``dataChanged`` for rows whose figures changed, ``beginInsertRows``
 for arrivals), so the selection and the scroll position survive every tick.
 The unattributed rows are updated in place like process rows, but are not
 selectable.
+
+While the rows are *held* (:meth:`ProcessTableModel.hold`: the pointer is over the
+table) no row moves: figures update in place, arrivals are appended at the end, and
+departures stay where they were, greyed out and unselectable, until the hold ends;
+then they go and the rows take their sorted order.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QColor, QGuiApplication
 
 from app.core.monitor.samples import ProcessSample, Snapshot
 from app.ui.gpu.unattributed import row_shown
@@ -21,9 +27,12 @@ from app.ui.style import palette as pal
 from app.ui.window.process_rows import (
     AGENT_ROLE,
     COL_AGENT,
+    COL_COMMAND,
     COLUMN_TIPS,
     COLUMNS,
+    ENDED_TIP,
     KEY_ROLE,
+    LARGEST_FIRST,
     NUMERIC,
     SORT_ROLE,
     ProcessRow,
@@ -31,8 +40,12 @@ from app.ui.window.process_rows import (
     UnattributedRow,
     agent_icon,
     italic,
+    swatch_icon,
     unattributed_row,
 )
+
+#: Above this many changed cells in one update, one signal for all of them.
+MAX_CELL_SIGNALS = 96
 
 
 class ProcessTableModel(QAbstractTableModel):
@@ -50,13 +63,57 @@ class ProcessTableModel(QAbstractTableModel):
         self._index: dict[RowKey, int] = {}
         self._sort_col = -1
         self._sort_order = Qt.SortOrder.AscendingOrder
+        self._held = False
+        self._ended: set[RowKey] = set()  # departed while held: shown greyed out
+        self._colors: dict[Hashable, QColor] = {}
         #: The font of unattributed rows (the view sets its own font, in italics).
         self.unattributed_font = italic(QGuiApplication.font())
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Sort now, held or not: the user asked for this order."""
         self._sort_col = column
         self._sort_order = order
         self._resort()
+
+    # -- holding the order ----------------------------------------------------------------
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def hold(self, held: bool) -> None:
+        """Hold the rows where they are (True), or let the ended ones go and sort (False)."""
+        if held == self._held:
+            return
+        self._held = held
+        if held:
+            return
+        gone = [i for i, r in enumerate(self._rows) if r.key in self._ended]
+        self._ended.clear()
+        self._remove(gone)
+        self._resort()
+
+    def is_live(self, key: RowKey) -> bool:
+        """True when ``key``'s row is in the model and its process has not ended."""
+        return key in self._index and key not in self._ended
+
+    # -- colours ----------------------------------------------------------------------------
+    def set_colors(self, colors: Mapping[Hashable, QColor]) -> None:
+        """The curve colours: keyed by process key ``(pid, create_time)`` (every GPU) or
+        by ``(display_id, process key)`` (that GPU only, taking precedence).  Rows of
+        keys not in ``colors`` (summed into "other") get no swatch."""
+        new = dict(colors)
+        if new == self._colors:
+            return
+        self._colors = new
+        if self._rows:
+            self.dataChanged.emit(self.index(0, COL_COMMAND),
+                                  self.index(len(self._rows) - 1, COL_COMMAND),
+                                  [Qt.ItemDataRole.DecorationRole])
+
+    def color_of(self, row: ProcessRow | UnattributedRow) -> QColor | None:
+        key = row.item_key
+        color = self._colors.get(key)
+        return self._colors.get(key[1]) if color is None else color
 
     def _sorted_rows(self) -> list[ProcessRow | UnattributedRow]:
         col = self._sort_col
@@ -100,12 +157,18 @@ class ProcessTableModel(QAbstractTableModel):
                             else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
             if role == Qt.ItemDataRole.ToolTipRole:
                 return COLUMN_TIPS.get(section)
+            if role == Qt.ItemDataRole.InitialSortOrderRole:
+                return (Qt.SortOrder.DescendingOrder if section in LARGEST_FIRST
+                        else Qt.SortOrder.AscendingOrder).value
         return None
 
     def flags(self, index: QModelIndex) -> Qt.ItemFlag:
         flags = super().flags(index)
-        if index.isValid() and isinstance(self._rows[index.row()], UnattributedRow):
-            flags &= ~Qt.ItemFlag.ItemIsSelectable  # not a process: nothing to act on
+        if index.isValid():
+            row = self._rows[index.row()]
+            # Not a process, or one that has ended: nothing to act on.
+            if isinstance(row, UnattributedRow) or (self._ended and row.key in self._ended):
+                flags &= ~Qt.ItemFlag.ItemIsSelectable
         return flags
 
     def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
@@ -115,23 +178,27 @@ class ProcessTableModel(QAbstractTableModel):
         col = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             return row.text(col)
+        ended = bool(self._ended) and row.key in self._ended
         if role == Qt.ItemDataRole.FontRole and row.proc is None:
             return self.unattributed_font
         if role == Qt.ItemDataRole.ToolTipRole:
-            return row.tooltip(col)
+            return ENDED_TIP if ended else row.tooltip(col)
         if role == SORT_ROLE:
             return row.raw(col)
         if role == Qt.ItemDataRole.TextAlignmentRole:
             side = Qt.AlignmentFlag.AlignRight if col in NUMERIC else Qt.AlignmentFlag.AlignLeft
             return int(side | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ForegroundRole and row.is_unknown(col):
+        if role == Qt.ItemDataRole.ForegroundRole and (ended or row.is_unknown(col)):
             return pal.muted(QGuiApplication.palette())
         if role == KEY_ROLE:
             return row.item_key
-        if role == Qt.ItemDataRole.DecorationRole and col == COL_AGENT and row.agent is not None:
-            return agent_icon()
+        if role == Qt.ItemDataRole.DecorationRole:
+            if col == COL_AGENT and row.agent is not None and not ended:
+                return agent_icon()
+            if col == COL_COMMAND and self._colors:
+                return swatch_icon(self.color_of(row))
         if role == AGENT_ROLE:
-            return row.agent
+            return None if ended else row.agent
         return None
 
     # -- direct access ----------------------------------------------------------------
@@ -141,6 +208,11 @@ class ProcessTableModel(QAbstractTableModel):
     def process(self, row: int) -> ProcessSample | None:
         """The row's process; None for an unattributed row."""
         return self._rows[row].proc
+
+    def live_process(self, row: int) -> ProcessSample | None:
+        """The row's process while it runs; None for an unattributed or ended row."""
+        r = self._rows[row]
+        return None if r.key in self._ended else r.proc
 
     def keys(self) -> list[RowKey]:
         return [r.key for r in self._rows]
@@ -169,26 +241,39 @@ class ProcessTableModel(QAbstractTableModel):
                         row.device = report.device_for_gpu(gpu.index, gpu.uuid)
                 fresh[row.key] = row
 
-        # Departures, removed in contiguous blocks from the bottom up.
+        # Departures: removed in contiguous blocks from the bottom up, or, while held,
+        # kept in place as ended.  A held row that comes back is live again.
         gone = [i for i, r in enumerate(self._rows) if r.key not in fresh]
-        for first, last in reversed(_blocks(gone)):
-            self.beginRemoveRows(QModelIndex(), first, last)
-            del self._rows[first:last + 1]
-            self.endRemoveRows()
-        if gone:
-            self._index = {r.key: i for i, r in enumerate(self._rows)}
+        changed = [i for i in gone if self._rows[i].key not in self._ended]
+        back = self._ended.intersection(fresh)
+        self._ended -= back
+        if self._held:
+            self._ended.update(self._rows[i].key for i in changed)
+        else:
+            self._remove(gone)
+            changed = []
 
-        # Changes in place: one dataChanged over the span of changed rows.
-        lo = hi = -1
+        # Changes in place: each changed cell on its own while they are few (the
+        # view repaints only those), else one dataChanged over the changed rows.
+        cells: list[tuple[int, int, int]] = []  # (row, first column, last column)
         for i, old in enumerate(self._rows):
-            new = fresh.pop(old.key)
-            if new.signature() != old.signature():
-                self._rows[i] = new
-                lo = i if lo < 0 else lo
-                hi = i
-            else:
-                self._rows[i] = new  # keep the newest uptime base even when unchanged
-        if lo >= 0:
+            new = fresh.pop(old.key, None)
+            if new is None:
+                continue  # ended, held in place
+            if old.key in back or new.signature() != old.signature():
+                changed.append(i)
+                if len(cells) <= MAX_CELL_SIGNALS:
+                    cols = None if old.key in back else _changed_columns(old, new)
+                    if cols is None:  # the whole row: one signal
+                        cells.append((i, 0, len(COLUMNS) - 1))
+                    else:
+                        cells.extend((i, c, c) for c in cols)
+            self._rows[i] = new  # keep the newest uptime base even when unchanged
+        if changed and len(cells) <= MAX_CELL_SIGNALS and not gone:
+            for row, first, last in cells:
+                self.dataChanged.emit(self.index(row, first), self.index(row, last))
+        elif changed:
+            lo, hi = min(changed), max(changed)
             self.dataChanged.emit(self.index(lo, 0), self.index(hi, len(COLUMNS) - 1))
 
         # Arrivals, appended.
@@ -199,7 +284,30 @@ class ProcessTableModel(QAbstractTableModel):
                 self._index[row.key] = len(self._rows)
                 self._rows.append(row)
             self.endInsertRows()
-        self._resort()
+        if not self._held:
+            self._resort()
+
+    def _remove(self, rows: list[int]) -> None:
+        """Remove ``rows`` (ascending) in contiguous blocks from the bottom up."""
+        for first, last in reversed(_blocks(rows)):
+            self.beginRemoveRows(QModelIndex(), first, last)
+            del self._rows[first:last + 1]
+            self.endRemoveRows()
+        if rows:
+            self._index = {r.key: i for i, r in enumerate(self._rows)}
+
+
+def _changed_columns(old: ProcessRow | UnattributedRow,
+                     new: ProcessRow | UnattributedRow) -> list[int] | None:
+    """The columns whose cell differs between two versions of a row; None when the
+    row as a whole changed."""
+    if not (isinstance(old, ProcessRow) and isinstance(new, ProcessRow)):
+        return None
+    a, b = old.cells(), new.cells()
+    n = len(COLUMNS)
+    if a[n:] != b[n:]:
+        return None
+    return [c for c in range(n) if a[c] != b[c]]
 
 
 def _blocks(indices: list[int]) -> list[tuple[int, int]]:

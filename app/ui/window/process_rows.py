@@ -12,7 +12,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QColor, QFont
 
 from app.core.agents.types import AgentReport, DeviceMemory
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample
@@ -29,6 +29,11 @@ COLUMNS = ("GPU", "PID", "User", "Container", "Command", "PyTorch", "VRAM", "Cac
 (COL_GPU, COL_PID, COL_USER, COL_CONTAINER, COL_COMMAND, COL_AGENT, COL_VRAM, COL_CACHE, COL_PCT,
  COL_SM, COL_CPU, COL_RSS, COL_UPTIME) = range(len(COLUMNS))
 NUMERIC = {COL_PID, COL_VRAM, COL_CACHE, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
+#: Columns whose first click sorts largest first (a pid is looked up, not ranked).
+LARGEST_FIRST = NUMERIC - {COL_PID}
+#: Columns a narrow table hides, first to last, before the command gets less than
+#: COMMAND_CHARS; they come back as it widens.
+HIDE_FIRST = (COL_UPTIME, COL_SM, COL_CPU, COL_RSS, COL_CONTAINER, COL_AGENT, COL_USER, COL_PCT)
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
 KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # (display_id, (pid, create_time))
@@ -49,8 +54,10 @@ COLUMN_TIPS = {
 }
 
 UNATTRIBUTED_TEXT = "Unattributed (held by no listed process)"
-COMMAND_ROOM = 200  # px the command column keeps before the container column narrows
-COMMAND_MIN = 160  # px the command column keeps however narrow the table (it scrolls)
+ENDED_TIP = "Ended: the row goes when the pointer leaves the table"
+COMMAND_ROOM = 34  # characters the command keeps before the container column narrows
+COMMAND_CHARS = 22  # characters the command keeps however narrow the table (it scrolls)
+SWATCH = 10  # px, the side of a row's colour square
 
 _NO_AGENT = "No VRAM Steward agent in this process: PyTorch figures unknown"
 
@@ -69,7 +76,7 @@ def agent_icon():
     """A small PyTorch-orange dot marking rows with an agent (made once)."""
     global _ICON
     if _ICON is None:
-        from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+        from PySide6.QtGui import QIcon, QPainter, QPixmap
 
         pm = QPixmap(16, 16)
         pm.fill(Qt.GlobalColor.transparent)
@@ -84,6 +91,32 @@ def agent_icon():
 
 
 _ICON = None
+
+
+def swatch_icon(color: QColor | None, size: int = 16):
+    """A ``SWATCH`` px square of ``color`` centred in ``size`` px; blank for None, so
+    commands with and without a swatch start at the same x (made once per colour)."""
+    from PySide6.QtGui import QIcon, QPainter, QPixmap
+
+    key = (None if color is None else color.rgba(), size)
+    icon = _SWATCHES.get(key)
+    if icon is None:
+        pm = QPixmap(size, size)
+        pm.fill(Qt.GlobalColor.transparent)
+        if color is not None:
+            p = QPainter(pm)
+            edge = QColor(color).darker(140)
+            p.setPen(edge)
+            p.setBrush(color)
+            inset = (size - SWATCH) // 2
+            p.drawRect(inset, inset, SWATCH - 1, SWATCH - 1)
+            p.end()
+        icon = QIcon(pm)
+        _SWATCHES[key] = icon
+    return icon
+
+
+_SWATCHES: dict = {}
 
 
 @dataclass(slots=True)
@@ -105,6 +138,16 @@ class ProcessRow:
         agent = None if a is None else (a.torch, a.torch_status, a.python, a.allocator_backend,
                                         a.cuda_initialized, len(a.models), self.device)
         return (self.proc, self.memory_total, up, self.gpu_note, agent)
+
+    def cells(self) -> tuple:
+        """Per column, what its cell shows (sort value; the uptime as text), then
+        everything that colours or explains the whole row: two rows that differ
+        only in a few of these repaint only those cells."""
+        p = self.proc
+        shown = tuple(fmt_duration(self.uptime) if col == COL_UPTIME else self.raw(col)
+                      for col in range(len(COLUMNS)))
+        return (*shown, p.host_status, p.name, self.gpu_note, self.memory_total,
+                self.signature()[4])
 
     @property
     def key(self) -> RowKey:
@@ -214,8 +257,8 @@ class ProcessRow:
                 return _NO_AGENT
             if d is None or d.cache is None:
                 return "The agent reports no allocator figures for this GPU"
-            return (f"Cache {fmt_bytes(d.cache, 2)} = reserved {fmt_bytes(d.reserved, 2)}"
-                    f" − allocated {fmt_bytes(d.allocated, 2)}\n"
+            return (f"Cache {fmt_bytes(d.cache)} = reserved {fmt_bytes(d.reserved)}"
+                    f" − allocated {fmt_bytes(d.allocated)}\n"
                     "What Free cache can return to the driver")
         if col == COL_USER and p.user:
             return p.user

@@ -3,18 +3,31 @@
 The rows and their cells are in :mod:`app.ui.window.process_rows`, the model and
 its filtering proxy in :mod:`app.ui.window.process_model`; this view keeps the
 selection on the same process across ticks and fits the columns to its width.
+
+Rows do not move under the pointer: while it is over the rows (or a row's menu is
+open) the model holds its order (:meth:`ProcessTableModel.hold`), and the rows take
+their sorted order :data:`RESUME_MS` after it left.  Selection, double-click and the
+context menu act on the process of the row, never on a row number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
-from PySide6.QtCore import QEvent, QItemSelection, Qt, Signal
-from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
+from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QContextMenuEvent, QFontMetrics
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QMenu,
+    QStyle,
+    QStyleOptionHeader,
+    QTableView,
+    QWidget,
+)
 
 from app.core.agents.types import AgentReport
-from app.core.monitor.samples import Snapshot
+from app.core.monitor.samples import HostStatus, Snapshot
 from app.ui.window.process_model import ProcessSortProxy, ProcessTableModel
 from app.ui.window.process_rows import (
     AGENT_ROLE,
@@ -32,11 +45,31 @@ from app.ui.window.process_rows import (
     COL_USER,
     COL_VRAM,
     COLUMNS,
-    COMMAND_MIN,
+    COMMAND_CHARS,
     COMMAND_ROOM,
+    HIDE_FIRST,
     KEY_ROLE,
     italic,
 )
+
+#: How long after the pointer left the rows they take their sorted order again.
+RESUME_MS = 1000
+
+
+class SortHeader(QHeaderView):
+    """A header whose sort arrow points the way the values run: ▼ largest first.
+
+    (QHeaderView hands the style "sort up" for a descending column, which Fusion
+    draws as ▲.)"""
+
+    def initStyleOptionForIndex(self, option: QStyleOptionHeader,  # noqa: N802
+                                logical_index: int) -> None:
+        super().initStyleOptionForIndex(option, logical_index)
+        if option.sortIndicator != QStyleOptionHeader.SortIndicator.None_:
+            option.sortIndicator = (
+                QStyleOptionHeader.SortIndicator.SortDown
+                if self.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
+                else QStyleOptionHeader.SortIndicator.SortUp)
 
 
 class ProcessTable(QTableView):
@@ -44,12 +77,17 @@ class ProcessTable(QTableView):
     ``(None, None)`` when the selection is cleared."""
 
     process_selected = Signal(object, object)
-    #: Double-click on a row whose process has an agent: ``pid``.
+    #: Double-click on a row whose process has an agent (or its menu's Details…): ``pid``.
     details_requested = Signal(int)
+    #: "Terminate…" in a process row's menu: ``pid``.
+    terminate_requested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("processTable")
+        header = SortHeader(Qt.Orientation.Horizontal, self)
+        header.setSectionsClickable(True)
+        self.setHorizontalHeader(header)
         self.source_model = ProcessTableModel(self)
         self.proxy = ProcessSortProxy(self)
         self.proxy.setSourceModel(self.source_model)
@@ -66,7 +104,6 @@ class ProcessTable(QTableView):
         self.verticalHeader().setVisible(False)
         self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
-        header = self.horizontalHeader()
         header.setHighlightSections(False)
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -79,17 +116,24 @@ class ProcessTable(QTableView):
                   COL_CONTAINER: "podman 3f4e2a1b9c0d", COL_VRAM: "000.0 GiB", COL_PCT: "100 %",
                   COL_SM: "100 %", COL_CPU: "1000 %", COL_RSS: "000.0 GiB", COL_UPTIME: "00d 00h",
                   COL_CACHE: "000.0 GiB", COL_AGENT: "WW 2.4.1+cu121"}
+        #: Each column's width when shown (the user's, once they size it).
+        self._widths: dict[int, int] = {}
         for col, sample in widths.items():
             # Room for the bold header text, its padding and the sort arrow.
-            self.setColumnWidth(col, max(fm.horizontalAdvance(sample) + 16,
-                                         hm.horizontalAdvance(COLUMNS[col]) + 40))
+            self._widths[col] = max(fm.horizontalAdvance(sample) + 16,
+                                    hm.horizontalAdvance(COLUMNS[col]) + 40)
+            self.setColumnWidth(col, self._widths[col])
         # The container column gives way to the command in a narrow window, down to
         # "podman 3f4e…" (elided; the tooltip has it all), until the user sizes it.
-        self._container_widths = (max(fm.horizontalAdvance("podman 3f4e…") + 16,
-                                      hm.horizontalAdvance(COLUMNS[COL_CONTAINER]) + 24),
-                                  self.columnWidth(COL_CONTAINER))
+        self._container_least = max(fm.horizontalAdvance("podman 3f4e…") + 16,
+                                    hm.horizontalAdvance(COLUMNS[COL_CONTAINER]) + 24)
         self._container_sized_by_user = False
         self._fitting = False
+        self._holds: set[str] = set()
+        self._resume = QTimer(self)
+        self._resume.setSingleShot(True)
+        self._resume.setInterval(RESUME_MS)
+        self._resume.timeout.connect(self._release)
         header.sectionResized.connect(self._on_section_resized)
         self.selectionModel().selectionChanged.connect(self._on_selection_changed)
         self.doubleClicked.connect(self._on_double_clicked)
@@ -99,7 +143,7 @@ class ProcessTable(QTableView):
         for col in (COL_AGENT, COL_CACHE):
             self.setColumnHidden(col, True)
         self.container_column_shown = False
-        self._set_hidden(COL_CONTAINER, True)
+        self.setColumnHidden(COL_CONTAINER, True)
         self.source_model.unattributed_font = italic(self.font())
         self._selected: tuple | None = None
         self._updating = False
@@ -113,43 +157,152 @@ class ProcessTable(QTableView):
         super().resizeEvent(event)
         self._fit_columns()
 
-    def _set_hidden(self, col: int, hidden: bool) -> None:
-        self._fitting = True
-        try:
-            self.setColumnHidden(col, hidden)
-        finally:
-            self._fitting = False
-
     def _on_section_resized(self, col: int, old: int, new: int) -> None:
-        if col == COL_CONTAINER and not self._fitting and new > 0 and old > 0:
+        if self._fitting or new <= 0 or old <= 0 or col == COL_COMMAND:
+            return
+        self._widths[col] = new  # the user's width, kept when the column comes back
+        if col == COL_CONTAINER:
             self._container_sized_by_user = True
 
+    def _wanted(self, col: int) -> bool:
+        """Whether ``col`` belongs in the table, room permitting."""
+        if col in (COL_AGENT, COL_CACHE):
+            return self.agent_columns_shown
+        if col == COL_CONTAINER:
+            return self.container_column_shown
+        return True
+
+    def _command_width(self, chars: int) -> int:
+        """Pixels for ``chars`` characters of the command, its swatch and padding."""
+        swatch = self.style().pixelMetric(QStyle.PixelMetric.PM_SmallIconSize) + 6
+        return self.fontMetrics().horizontalAdvance("x" * chars) + swatch + 16
+
     def _fit_columns(self) -> None:
-        """In a narrow table, the container column narrows first (not below
-        "podman 3f4e…") while the command would get less than COMMAND_ROOM px; the
-        command then keeps COMMAND_MIN px and the table scrolls sideways rather
-        than squeeze it to nothing."""
+        """In a narrow table the container column narrows first (not below
+        "podman 3f4e…") while the command would get less than COMMAND_ROOM
+        characters; below COMMAND_CHARS the HIDE_FIRST columns go, in that order.
+        With nothing left to hide the command keeps COMMAND_CHARS and the table
+        scrolls sideways rather than squeeze it to nothing."""
         header = self.horizontalHeader()
-        room = self.viewport().width() - sum(
-            header.sectionSize(c) for c in range(len(COLUMNS))
-            if c not in (COL_CONTAINER, COL_COMMAND) and not self.isColumnHidden(c))
+        least, comfort = self._command_width(COMMAND_CHARS), self._command_width(COMMAND_ROOM)
+        room = self.viewport().width()
+        width = {c: self._widths.get(c, header.sectionSize(c))
+                 for c in range(len(COLUMNS)) if c != COL_COMMAND and self._wanted(c)}
+        fit_container = COL_CONTAINER in width and not self._container_sized_by_user
+        if fit_container:
+            spare = room - sum(width.values()) - comfort
+            width[COL_CONTAINER] = max(self._container_least,
+                                       min(width[COL_CONTAINER], width[COL_CONTAINER] + spare))
+        for col in HIDE_FIRST:
+            if room - sum(width.values()) >= least or not self.isVisible():
+                break  # (a table not shown yet has no width to fit)
+            width.pop(col, None)
+        left = room - sum(width.values())
         self._fitting = True
         try:
-            if self.container_column_shown and not self._container_sized_by_user:
-                least, natural = self._container_widths
-                width = max(least, min(natural, room - COMMAND_ROOM))
-                if header.sectionSize(COL_CONTAINER) != width:
-                    self.setColumnWidth(COL_CONTAINER, width)
-            if self.container_column_shown:
-                room -= header.sectionSize(COL_CONTAINER)
-            stretch = room >= COMMAND_MIN
+            for col in range(len(COLUMNS)):
+                hidden = col != COL_COMMAND and col not in width
+                if self.isColumnHidden(col) != hidden:
+                    self.setColumnHidden(col, hidden)
+            if fit_container and COL_CONTAINER in width \
+                    and header.sectionSize(COL_CONTAINER) != width[COL_CONTAINER]:
+                self.setColumnWidth(COL_CONTAINER, width[COL_CONTAINER])
+            stretch = left >= least
             mode = QHeaderView.ResizeMode.Stretch if stretch else QHeaderView.ResizeMode.Interactive
             if header.sectionResizeMode(COL_COMMAND) != mode:
                 header.setSectionResizeMode(COL_COMMAND, mode)
-            if not stretch and header.sectionSize(COL_COMMAND) != COMMAND_MIN:
-                self.setColumnWidth(COL_COMMAND, COMMAND_MIN)
+            if not stretch and header.sectionSize(COL_COMMAND) != least:
+                self.setColumnWidth(COL_COMMAND, least)
         finally:
             self._fitting = False
+
+    # -- holding the rows in place ------------------------------------------------------
+    @property
+    def rows_held(self) -> bool:
+        """True while no row moves (the pointer is over the rows, or a menu is open)."""
+        return self.source_model.held
+
+    def hold_rows(self, why: str) -> None:
+        """Keep every row where it is until :meth:`release_rows` of every ``why``."""
+        self._holds.add(why)
+        self._resume.stop()
+        self.source_model.hold(True)
+
+    def release_rows(self, why: str) -> None:
+        """The rows take their order :data:`RESUME_MS` after the last hold ended."""
+        self._holds.discard(why)
+        if not self._holds and self.source_model.held:
+            self._resume.start()
+
+    def _release(self) -> None:
+        if not self._holds:
+            self._resume.stop()
+            self.source_model.hold(False)
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802
+        kind = event.type()
+        if kind == QEvent.Type.Enter:
+            self.hold_rows("pointer")
+        elif kind == QEvent.Type.Leave:
+            self.release_rows("pointer")
+        return super().viewportEvent(event)
+
+    def hideEvent(self, event) -> None:  # noqa: N802
+        super().hideEvent(event)
+        self._holds.clear()  # no pointer over a hidden table
+        self._release()
+
+    # -- colours and the context menu -----------------------------------------------------
+    def set_colors(self, colors: Mapping[Hashable, QColor]) -> None:
+        """Show each process's curve colour as a square before its command.
+
+        ``colors`` is keyed by process key ``(pid, create_time)`` (that process on
+        every GPU) or by ``(display_id, process key)`` (on that GPU only; it wins);
+        processes not in it (summed into "other") get no swatch."""
+        self.source_model.set_colors(colors)
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802
+        if event.reason() == QContextMenuEvent.Reason.Keyboard:
+            index = self.currentIndex()
+            where = self.viewport().mapToGlobal(self.visualRect(index).center())
+        else:
+            index = self.indexAt(event.pos())
+            where = event.globalPos()
+        menu = self.menu_for(index)
+        if menu is None:
+            return
+        self.hold_rows("menu")
+        try:
+            menu.exec(where)
+        finally:
+            self.release_rows("menu")
+            menu.deleteLater()
+
+    def menu_for(self, index: QModelIndex) -> QMenu | None:
+        """The menu of the row at view ``index``: Details… and Terminate… of its
+        process; None for an unattributed or ended row."""
+        if not index.isValid():
+            return None
+        proc = self.source_model.live_process(self.proxy.mapToSource(index).row())
+        if proc is None:
+            return None
+        pid = proc.pid
+        menu = QMenu(self)
+        menu.setToolTipsVisible(True)
+        details = menu.addAction("Details…")
+        if index.data(AGENT_ROLE) is None:
+            details.setEnabled(False)
+            details.setToolTip("No VRAM Steward agent in this process")
+        details.triggered.connect(lambda: self.details_requested.emit(pid))
+        menu.addSeparator()
+        terminate = menu.addAction("Terminate…")
+        why_not = {HostStatus.EXITED: "The process has exited",
+                   HostStatus.NOT_VISIBLE: "This pid is not visible here"}.get(proc.host_status)
+        if why_not is not None:
+            terminate.setEnabled(False)
+            terminate.setToolTip(why_not)
+        terminate.triggered.connect(lambda: self.terminate_requested.emit(pid))
+        return menu
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         before = self._selected
@@ -161,14 +314,14 @@ class ProcessTable(QTableView):
         if not self.container_column_shown and any(
                 p.container is not None for g in snapshot.gpus for p in g.processes):
             self.container_column_shown = True
-            self._set_hidden(COL_CONTAINER, False)
+            self.setColumnHidden(COL_CONTAINER, False)
             self._fit_columns()
         self._updating = True
         try:
             self.source_model.update_snapshot(snapshot)
             if before is not None:
                 did, key = before
-                if self.source_model.row_for((did, key[0], key[1])) is None:
+                if not self.source_model.is_live((did, key[0], key[1])):
                     # The selected process left: clear rather than let the selection
                     # slide onto a neighbour (which would highlight another curve).
                     self.clearSelection()

@@ -199,9 +199,68 @@ def test_nothing_available_alerts_go_to_the_banner(shell_parts, demo_feed):
     shell.notifier.dbus = None
     shell.start(answers=NOTHING)
     assert shell.notifier.channel is Channel.BANNER
-    _feed(shell, demo_feed, 60)
-    assert not window.alert_banner.isHidden()
+    _feed_until(shell, demo_feed, lambda snap: not window.alert_banner.isHidden())
     assert window.alert_banner.title.text().startswith("GPU 0 at ")
+
+
+def _feed_until(shell, feed, done, seconds: float = 120, dt: float = 0.25):
+    """Feed demo snapshots until ``done(snapshot)``; returns that snapshot."""
+    for _ in range(int(seconds / dt)):
+        snap = feed.snapshot()
+        shell.window.on_snapshot(snap)
+        shell.on_snapshot(snap)
+        feed.t[0] += dt
+        if done(snap):
+            return snap
+    raise AssertionError("the demo never got there")
+
+
+def _at(snap, level, display_id="0", later=1.0):
+    """``snap`` a little later with GPU ``display_id`` at ``level`` of its memory."""
+    gpus = tuple(dataclasses.replace(g, memory_used=int(level * g.memory_total))
+                 if g.display_id == display_id else g for g in snap.gpus)
+    return dataclasses.replace(snap, gpus=gpus, monotonic=snap.monotonic + later)
+
+
+def test_alert_banner_retracts_below_the_rearm_level(shell_parts, demo_feed):
+    shell, window, _dbus, _store, _ = shell_parts
+    shell.notifier.dbus = None
+    shell.start(answers=NOTHING)
+    banner = window.alert_banner
+    snap = _feed_until(shell, demo_feed, lambda snap: not banner.isHidden())
+    assert banner.alert is not None and banner.alert.display_id == "0"
+    rearm = shell.policy.config_for("0").rearm
+    # Below the alert level but not below the re-arm level: the banner stays.
+    shell.on_snapshot(_at(snap, rearm + 0.02))
+    assert not banner.isHidden()
+    # The first snapshot below it takes the banner away.
+    shell.on_snapshot(_at(snap, rearm - 0.02, later=2.0))
+    assert banner.isHidden() and banner.alert is None
+
+
+def test_alert_banner_retracts_when_its_gpu_goes(shell_parts, demo_feed):
+    shell, window, _dbus, _store, _ = shell_parts
+    shell.notifier.dbus = None
+    shell.start(answers=NOTHING)
+    banner = window.alert_banner
+    snap = _feed_until(shell, demo_feed, lambda snap: not banner.isHidden())
+    # The source failing says nothing about the GPU: the banner stays.
+    shell.on_snapshot(dataclasses.replace(snap, gpus=(), error="driver gone"))
+    assert not banner.isHidden()
+    others = tuple(g for g in snap.gpus if g.display_id != "0")
+    shell.on_snapshot(dataclasses.replace(snap, gpus=others))
+    assert banner.isHidden()
+
+
+def test_process_alerts_stay_on_the_banner(shell_parts, demo_feed):
+    from app.core.policies.alerts import Alert
+
+    shell, window, _dbus, _store, _ = shell_parts
+    shell.notifier.dbus = None
+    shell.start(answers=NOTHING)
+    shell._alert(Alert("oom", "0", "train.py ran out of GPU memory", "...", pid=1, count=1))
+    _feed(shell, demo_feed, 2)  # GPU 0 well below its re-arm level
+    assert not window.alert_banner.isHidden()
 
 
 def test_start_minimised(shell_parts):

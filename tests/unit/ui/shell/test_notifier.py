@@ -142,3 +142,79 @@ def test_banner_hides_free_button_without_agents(qtbot):
     banner.close_button.click()
     assert banner.isHidden()
 
+
+
+# -- the banner as an overlay --------------------------------------------------------------
+
+@pytest.fixture
+def page(qtbot):
+    """A window with a button at its bottom, and two banners over it."""
+    from PySide6.QtWidgets import QPushButton, QVBoxLayout, QWidget
+
+    parent = QWidget()
+    lay = QVBoxLayout(parent)
+    lay.setContentsMargins(0, 0, 0, 0)
+    button = QPushButton("Under the banner", parent)
+    lay.addStretch(1)
+    lay.addWidget(button)
+    alert, hint = AlertBanner(parent), AlertBanner(parent)
+    qtbot.addWidget(parent)
+    parent.resize(800, 500)  # narrower than a banner's widest
+    parent.show()
+    qtbot.waitExposed(parent)
+    return parent, button, alert, hint
+
+
+def test_banner_overlays_the_bottom_without_moving_what_is_under_it(page, qtbot):
+    parent, button, alert, _hint = page
+    before = button.geometry()
+    Notifier(Channel.BANNER, banner=alert).notify(_memory_alert())
+    qtbot.wait(10)
+    assert alert.isVisible()
+    assert button.geometry() == before  # nothing moved
+    assert alert.geometry().bottom() + 1 == parent.height() - AlertBanner.MARGIN
+    assert alert.height() > 0
+    assert alert.geometry().intersects(button.geometry())  # over it, on top
+    assert parent.childAt(alert.geometry().center()) is not button
+    alert.close_button.click()
+    assert button.geometry() == before
+    assert parent.childAt(before.center()) is button
+
+
+def test_banners_follow_the_width_and_stack(page, qtbot):
+    parent, _button, alert, hint = page
+    hint.show_message("No system tray", "Alerts arrive as a banner.", kind="hint")
+    qtbot.wait(10)
+    bottom = parent.height() - AlertBanner.MARGIN
+    assert hint.geometry().bottom() + 1 == bottom  # alone: at the bottom
+    assert hint.width() == parent.width() - 2 * AlertBanner.MARGIN
+    alert.show_message("GPU 0 at 93 %", "…", free_display_id="0")
+    qtbot.wait(10)
+    assert alert.geometry().bottom() + 1 == bottom  # made first: lowest in the stack
+    assert hint.geometry().bottom() + 1 == alert.y() - AlertBanner.MARGIN
+    parent.resize(2400, 500)
+    qtbot.wait(10)
+    assert alert.width() == AlertBanner.MAX_WIDTH
+    assert alert.geometry().center().x() in range(1199, 1202)  # centred
+    alert.retract()
+    qtbot.wait(10)
+    assert hint.geometry().bottom() + 1 == 500 - AlertBanner.MARGIN  # the one left moves down
+
+
+def test_main_window_banner_leaves_the_layout_alone(qtbot):
+    from app.core.monitor.history import History, HistoryConfig
+    from app.ui.settings.values import UiSettings
+    from app.ui.window.main_window import MainWindow
+
+    window = MainWindow(History(HistoryConfig()), settings=UiSettings())
+    qtbot.addWidget(window)
+    window.resize(1100, 800)
+    window.show()
+    qtbot.waitExposed(window)
+    before = window.stack.geometry()
+    window.alert_banner.show_message("GPU 0 at 93 % of its memory", "RTX 4090: …", "alert", "0")
+    window.hint_banner.show_message("No system tray", "…", kind="hint")
+    qtbot.wait(10)
+    assert window.stack.geometry() == before
+    assert window.alert_banner.isVisible() and window.hint_banner.isVisible()
+    assert window.hint_banner.geometry().bottom() < window.alert_banner.y()

@@ -1,17 +1,23 @@
 """ProcessTable: rendering of unknown values and host statuses, numeric sorting, the
-container column and the per-GPU unattributed row."""
+container column and the per-GPU unattributed row; rows that hold still under the
+pointer, the colour swatches, the row menu and the narrow-table columns."""
 
 from __future__ import annotations
 
-import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+import dataclasses
 
+import pytest
+from PySide6.QtCore import QEvent, QPointF, Qt
+from PySide6.QtGui import QColor, QEnterEvent, QGuiApplication
+from PySide6.QtWidgets import QApplication
+
+from app.core.agents.types import AgentReport
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample, Snapshot
 from app.core.units import GiB, MiB
 from app.ui.style import palette as pal
 from app.ui.window.process_rows import (
     AGENT_ROLE,
+    COL_CACHE,
     COL_COMMAND,
     COL_CONTAINER,
     COL_CPU,
@@ -24,11 +30,13 @@ from app.ui.window.process_rows import (
     COL_USER,
     COL_VRAM,
     COLUMNS,
+    ENDED_TIP,
+    HIDE_FIRST,
     KEY_ROLE,
     UNATTRIBUTED_KEY,
     UNATTRIBUTED_TEXT,
 )
-from app.ui.window.process_table import ProcessTable
+from app.ui.window.process_table import RESUME_MS, ProcessTable
 
 NOW = 1_700_000_000.0
 
@@ -127,7 +135,7 @@ def test_command_tooltip_holds_full_text(table):
 def test_percent_of_gpu_and_uptime(table):
     table.update_snapshot(snap(gpu([proc(3, 6 * GiB, create_time=NOW - 3725)], total=24 * GiB)))
     assert cell(table, 0, COL_PCT) == "25 %"
-    assert cell(table, 0, COL_UPTIME) == "1h 02m"
+    assert cell(table, 0, COL_UPTIME) == "1 h 02 min"
 
 
 def test_pid_reuse_is_a_new_row(table):
@@ -236,6 +244,12 @@ def test_container_sorts_by_label(table):
     assert column(table, COL_PID) == ["1", "3", "2"]  # none last
 
 
+def shown_at(table, qtbot, width):
+    table.resize(width, 300)
+    qtbot.wait(10)
+    return [c for c in range(len(COLUMNS)) if not table.isColumnHidden(c)]
+
+
 def test_container_column_gives_way_to_the_command_in_a_narrow_table(table, qtbot):
     table.update_snapshot(snap(gpu([proc(1, GiB, container=SHY)])))
     table.resize(1600, 300)
@@ -243,12 +257,36 @@ def test_container_column_gives_way_to_the_command_in_a_narrow_table(table, qtbo
     qtbot.waitExposed(table)
     wide = table.columnWidth(COL_CONTAINER)
     assert wide >= table.fontMetrics().horizontalAdvance("podman 3f4e2a1b9c0d")
-    table.resize(860, 300)
+    table.resize(1000, 300)
     qtbot.wait(10)
-    assert table.columnWidth(COL_CONTAINER) < wide
-    assert table.columnWidth(COL_COMMAND) >= 160  # squeezed, never to nothing
+    assert not table.isColumnHidden(COL_CONTAINER)
+    assert table.columnWidth(COL_CONTAINER) < wide  # narrower before anything goes
     # The full label stays in the cell (elided when drawn) and in the tooltip.
     assert cell(table, 0, COL_CONTAINER) == "podman 3f4e2a1b9c0d"
+
+
+def test_narrow_table_hides_minor_columns_before_squeezing_the_command(table, qtbot):
+    agents = {1: agent(1)}
+    table.update_snapshot(dataclasses.replace(
+        snap(gpu([proc(1, GiB, container=SHY), proc(2, GiB)])), agents=agents))
+    table.resize(1900, 300)
+    table.show()
+    qtbot.waitExposed(table)
+    assert shown_at(table, qtbot, 1900) == list(range(len(COLUMNS)))  # room for all
+    least = table.fontMetrics().horizontalAdvance("x" * 22)
+    gone_before: set[int] = set()
+    for width in range(1800, 500, -50):
+        shown = shown_at(table, qtbot, width)
+        gone = {c for c in range(len(COLUMNS)) if c not in shown}
+        # Columns go in HIDE_FIRST order, and come back in reverse as it widens.
+        assert gone == set(HIDE_FIRST[:len(gone)]), width
+        assert gone >= gone_before
+        assert table.columnWidth(COL_COMMAND) >= least, width
+        gone_before = gone
+    # Narrowest: only the essentials, and the command still readable.
+    assert shown_at(table, qtbot, 520) == [COL_GPU, COL_PID, COL_COMMAND, COL_VRAM, COL_CACHE]
+    assert table.columnWidth(COL_COMMAND) >= least
+    assert shown_at(table, qtbot, 1900) == list(range(len(COLUMNS)))
 
 
 # -- the unattributed row ----------------------------------------------------------------
@@ -360,8 +398,7 @@ def test_unattributed_row_is_not_selectable_and_offers_no_actions(table, qtbot):
     table.selectRow(r)
     qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton,
                      pos=table.visualRect(table.model().index(r, COL_COMMAND)).center())
-    qtbot.mouseDClick(table.viewport(), Qt.MouseButton.LeftButton,
-                      pos=table.visualRect(table.model().index(r, COL_COMMAND)).center())
+    double_click(table, qtbot, table.visualRect(table.model().index(r, COL_COMMAND)).center())
     assert table.selected_key() is None and table.selected_agent() is None
     assert heard == []
     assert table.model().index(r, 0).data(AGENT_ROLE) is None
@@ -424,3 +461,303 @@ def test_unattributed_row_sorts_by_memory_with_the_processes(table):
     assert column(table, COL_PID) == ["2", "1", ""]
     table.sortByColumn(COL_CPU, Qt.SortOrder.AscendingOrder)
     assert rest_row(table) == 2
+
+
+# -- rows hold still under the pointer ------------------------------------------------------
+
+def agent(pid):
+    return AgentReport(pid=pid, argv=("python", f"job{pid}.py"), python="3.11", torch="2.5.1",
+                       torch_status="loaded", cuda_initialized=True, allocator_backend="native",
+                       devices=(), models=())
+
+
+def with_agents(snapshot):
+    pids = [p.pid for g in snapshot.gpus for p in g.processes]
+    return dataclasses.replace(snapshot, agents={pid: agent(pid) for pid in pids})
+
+
+def pids(table):
+    return [int(p) if p else None for p in column(table, COL_PID)]
+
+
+def hover(table):
+    """The pointer enters the rows."""
+    vp = table.viewport()
+    pos = QPointF(vp.rect().center())
+    QApplication.sendEvent(vp, QEnterEvent(pos, pos, QPointF(vp.mapToGlobal(pos.toPoint()))))
+
+
+def leave(table):
+    QApplication.sendEvent(table.viewport(), QEvent(QEvent.Type.Leave))
+
+
+def double_click(table, qtbot, pos):
+    """What a double-click delivers: press, release, double-click, release."""
+    vp = table.viewport()
+    qtbot.mouseClick(vp, Qt.MouseButton.LeftButton, pos=pos)
+    qtbot.mouseDClick(vp, Qt.MouseButton.LeftButton, pos=pos)
+    qtbot.mouseRelease(vp, Qt.MouseButton.LeftButton, pos=pos)
+
+
+@pytest.fixture
+def shown(table, qtbot):
+    table.resize(1200, 300)
+    table.show()
+    qtbot.waitExposed(table)
+    return table
+
+
+def test_rows_hold_still_under_the_pointer(shown, qtbot):
+    table = shown
+    a, b, c = proc(1, 1 * GiB), proc(2, 2 * GiB), proc(3, 3 * GiB)
+    table.update_snapshot(with_agents(snap(gpu([a, b, c]))))
+    assert pids(table) == [3, 2, 1]
+    hover(table)
+    assert table.rows_held
+    # The user aims at pid 1; pid 1 grows past the others: its figures change, its
+    # row stays, and the double-click opens the process aimed at.
+    aim = table.visualRect(table.model().index(table.visible_row_of("0", 1), COL_COMMAND))
+    table.update_snapshot(with_agents(snap(gpu([a._replace(gpu_memory=5 * GiB), b, c]))))
+    assert pids(table) == [3, 2, 1]
+    assert cell(table, 2, COL_VRAM) == "5.0 GiB"
+    with qtbot.waitSignal(table.details_requested) as blocker:
+        double_click(table, qtbot, aim.center())
+    assert blocker.args == [1]
+    # The pointer leaves: a moment later the rows take their order.
+    leave(table)
+    assert pids(table) == [3, 2, 1]
+    qtbot.waitUntil(lambda: pids(table) == [1, 3, 2], timeout=RESUME_MS + 2000)
+    assert not table.rows_held
+
+
+def test_coming_back_within_the_moment_keeps_the_rows_held(shown, qtbot):
+    table = shown
+    a, b = proc(1, 1 * GiB), proc(2, 2 * GiB)
+    table.update_snapshot(snap(gpu([a, b])))
+    hover(table)
+    table.update_snapshot(snap(gpu([a._replace(gpu_memory=5 * GiB), b])))
+    leave(table)
+    hover(table)  # e.g. over the header and back
+    qtbot.wait(RESUME_MS + 200)
+    assert table.rows_held and pids(table) == [2, 1]
+
+
+def test_arrivals_append_and_departures_grey_out_while_held(shown, qtbot):
+    table = shown
+    a, b, c = proc(1, 1 * GiB), proc(2, 2 * GiB), proc(3, 3 * GiB)
+    table.update_snapshot(with_agents(snap(gpu([a, b, c]))))
+    table.select_key("0", b.key)
+    hover(table)
+    heard = []
+    table.process_selected.connect(lambda *args: heard.append(args))
+    d = proc(4, 10 * GiB)
+    table.update_snapshot(with_agents(snap(gpu([a, c, d]))))
+    # The new process at the end, the ended one where it was.
+    assert pids(table) == [3, 2, 1, 4]
+    ended = table.model().index(1, COL_VRAM)
+    assert ended.data(Qt.ItemDataRole.ForegroundRole) == pal.muted(QGuiApplication.palette())
+    assert ended.data(Qt.ItemDataRole.ToolTipRole) == ENDED_TIP
+    assert not (table.model().flags(ended) & Qt.ItemFlag.ItemIsSelectable)
+    assert ended.data(AGENT_ROLE) is None  # nothing to open
+    assert table.menu_for(ended) is None  # nor to terminate
+    # The selection does not stay on a process that has gone.
+    assert table.selected_key() is None and heard == [(None, None)]
+    # It comes back before the pointer leaves: live again, in place.
+    table.update_snapshot(with_agents(snap(gpu([a, b, c, d]))))
+    assert pids(table) == [3, 2, 1, 4]
+    assert table.model().index(1, COL_VRAM).data(Qt.ItemDataRole.ForegroundRole) is None
+    table.update_snapshot(with_agents(snap(gpu([a, c, d]))))
+    leave(table)
+    qtbot.waitUntil(lambda: pids(table) == [4, 3, 1], timeout=RESUME_MS + 2000)
+
+
+def test_selection_follows_its_process_when_the_rows_sort_again(shown, qtbot):
+    table = shown
+    a, b, c = proc(1, 1 * GiB), proc(2, 2 * GiB), proc(3, 3 * GiB)
+    table.update_snapshot(snap(gpu([a, b, c])))
+    hover(table)
+    table.selectRow(table.visible_row_of("0", 1))
+    table.update_snapshot(snap(gpu([a._replace(gpu_memory=9 * GiB), b, c])))
+    leave(table)
+    qtbot.waitUntil(lambda: pids(table) == [1, 3, 2], timeout=RESUME_MS + 2000)
+    assert table.selected_key() == ("0", a.key)
+    assert table.selectionModel().selectedRows()[0].row() == 0
+    table.sortByColumn(COL_PID, Qt.SortOrder.DescendingOrder)
+    assert table.selected_key() == ("0", a.key)
+    assert table.selectionModel().selectedRows()[0].row() == 2
+
+
+def test_hidden_table_lets_its_rows_go(shown, qtbot):
+    table = shown
+    a, b = proc(1, 1 * GiB), proc(2, 2 * GiB)
+    table.update_snapshot(snap(gpu([a, b])))
+    hover(table)
+    table.update_snapshot(snap(gpu([a._replace(gpu_memory=5 * GiB), b])))
+    table.hide()  # another tab, or the window went to the tray: no pointer over it
+    assert pids(table) == [1, 2]
+
+
+# -- sorting ----------------------------------------------------------------------------------
+
+def click_header(table, qtbot, col):
+    header = table.horizontalHeader()
+    x = header.sectionViewportPosition(col) + header.sectionSize(col) // 2
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton,
+                     pos=header.viewport().rect().center().__class__(x, header.height() // 2))
+
+
+def test_first_click_sorts_figures_largest_first_and_text_a_to_z(shown, qtbot):
+    table = shown
+    table.update_snapshot(snap(gpu([proc(1, 2 * GiB, cpu_percent=5.0, command="b.py"),
+                                    proc(2, 1 * GiB, cpu_percent=50.0, command="c.py"),
+                                    proc(3, 3 * GiB, cpu_percent=20.0, command="a.py")])))
+    header = table.horizontalHeader()
+    click_header(table, qtbot, COL_CPU)
+    assert header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
+    assert pids(table) == [2, 3, 1]
+    click_header(table, qtbot, COL_COMMAND)
+    assert header.sortIndicatorOrder() == Qt.SortOrder.AscendingOrder
+    assert pids(table) == [3, 1, 2]
+    click_header(table, qtbot, COL_PID)  # looked up, not ranked: lowest first
+    assert pids(table) == [1, 2, 3]
+    click_header(table, qtbot, COL_VRAM)
+    assert pids(table) == [3, 1, 2]
+    click_header(table, qtbot, COL_VRAM)  # the second click turns it round
+    assert pids(table) == [2, 1, 3]
+
+
+def test_sort_arrow_points_down_for_largest_first(shown):
+    from PySide6.QtWidgets import QStyleOptionHeader
+
+    table = shown
+    header = table.horizontalHeader()
+    for order, arrow in ((Qt.SortOrder.DescendingOrder, QStyleOptionHeader.SortIndicator.SortDown),
+                         (Qt.SortOrder.AscendingOrder, QStyleOptionHeader.SortIndicator.SortUp)):
+        table.sortByColumn(COL_VRAM, order)
+        option = QStyleOptionHeader()
+        header.initStyleOptionForIndex(option, COL_VRAM)
+        assert option.sortIndicator == arrow
+        header.initStyleOptionForIndex(option := QStyleOptionHeader(), COL_PID)
+        assert option.sortIndicator == QStyleOptionHeader.SortIndicator.None_
+
+
+# -- colour swatches ----------------------------------------------------------------------------
+
+def swatch(table, row):
+    icon = cell(table, row, COL_COMMAND, Qt.ItemDataRole.DecorationRole)
+    if icon is None:
+        return None
+    image = icon.pixmap(16, 16).toImage()
+    return image.pixelColor(image.width() // 2, image.height() // 2)
+
+
+def test_swatch_shows_the_curve_colour_of_processes_with_a_curve(table):
+    a, b, c = proc(1, 3 * GiB), proc(2, 2 * GiB), proc(3, 1 * GiB)
+    table.update_snapshot(snap(gpu([a, b, c]), gpu([a._replace(gpu_memory=GiB)], index=1)))
+    assert swatch(table, 0) is None  # no colours given: no swatches
+    red, green = QColor("#d62728"), QColor("#2ca02c")
+    # By process key (every GPU), or by (GPU, process key) for one GPU only.
+    table.set_colors({a.key: red, ("0", b.key): green})
+    assert swatch(table, table.visible_row_of("0", 1)) == red
+    assert swatch(table, table.visible_row_of("1", 1)) == red
+    assert swatch(table, table.visible_row_of("0", 2)) == green
+    # Summed into "other": room kept, so the commands line up, but no colour.
+    assert swatch(table, table.visible_row_of("0", 3)).alpha() == 0
+    table.set_colors({a.key: red, ("1", a.key): green})
+    assert swatch(table, table.visible_row_of("0", 1)) == red
+    assert swatch(table, table.visible_row_of("1", 1)) == green  # the GPU's own wins
+    table.set_colors({})
+    assert swatch(table, 0) is None
+
+
+def test_new_colours_repaint_only_the_command_column(table):
+    table.update_snapshot(snap(gpu([proc(1, GiB), proc(2, GiB)])))
+    changes = []
+    table.source_model.dataChanged.connect(lambda tl, br, roles: changes.append(
+        (tl.column(), br.column(), list(roles))))
+    table.set_colors({(1, NOW - 100): QColor("red")})
+    table.set_colors({(1, NOW - 100): QColor("red")})  # the same again: nothing
+    assert changes == [(COL_COMMAND, COL_COMMAND, [Qt.ItemDataRole.DecorationRole])]
+
+
+# -- the row menu ---------------------------------------------------------------------------------
+
+def menu_actions(menu):
+    return {a.text(): a for a in menu.actions() if a.text()}
+
+
+def test_row_menu_terminates_and_opens_by_pid(table, qtbot):
+    a, b = proc(1, 2 * GiB), proc(2, GiB)
+    table.update_snapshot(dataclasses.replace(snap(gpu_used([a, b], used=4 * GiB)),
+                                              agents={1: agent(1)}))
+    menu = table.menu_for(table.model().index(table.visible_row_of("0", 1), COL_VRAM))
+    actions = menu_actions(menu)
+    assert list(actions) == ["Details…", "Terminate…"]
+    with qtbot.waitSignal(table.terminate_requested) as blocker:
+        actions["Terminate…"].trigger()
+    assert blocker.args == [1]
+    with qtbot.waitSignal(table.details_requested) as blocker:
+        actions["Details…"].trigger()
+    assert blocker.args == [1]
+    # No agent: no details to open, but it can be terminated.
+    actions = menu_actions(table.menu_for(table.model().index(table.visible_row_of("0", 2), 0)))
+    assert not actions["Details…"].isEnabled() and actions["Terminate…"].isEnabled()
+    with qtbot.waitSignal(table.terminate_requested) as blocker:
+        actions["Terminate…"].trigger()
+    assert blocker.args == [2]
+    # The unattributed memory is no process: no menu.
+    assert table.menu_for(table.model().index(rest_row(table), COL_COMMAND)) is None
+
+
+def test_row_menu_offers_no_terminate_for_a_pid_not_seen_here(table):
+    table.update_snapshot(snap(gpu([ProcessSample(7, GiB, host_status=HostStatus.NOT_VISIBLE),
+                                    ProcessSample(8, GiB, host_status=HostStatus.EXITED)])))
+    for pid in (7, 8):
+        menu = table.menu_for(table.model().index(table.visible_row_of("0", pid), 0))
+        assert not menu_actions(menu)["Terminate…"].isEnabled()
+
+
+def test_right_click_opens_the_menu_and_holds_the_rows(shown, qtbot):
+    from PySide6.QtCore import QTimer
+    from PySide6.QtGui import QContextMenuEvent
+
+    table = shown
+    a, b = proc(1, 1 * GiB), proc(2, 2 * GiB)
+    table.update_snapshot(snap(gpu([a, b])))
+    seen = []
+
+    def while_open():  # a snapshot arrives, then the user picks Terminate…
+        menu = QApplication.activePopupWidget()
+        seen.append(table.rows_held)
+        table.update_snapshot(snap(gpu([a._replace(gpu_memory=5 * GiB), b])))
+        seen.append(pids(table))
+        menu_actions(menu)["Terminate…"].trigger()
+        menu.close()
+
+    QTimer.singleShot(50, while_open)
+    pos = table.visualRect(table.model().index(table.visible_row_of("0", 1), 0)).center()
+    with qtbot.waitSignal(table.terminate_requested) as blocker:
+        QApplication.sendEvent(table.viewport(), QContextMenuEvent(
+            QContextMenuEvent.Reason.Mouse, pos, table.viewport().mapToGlobal(pos)))
+    assert blocker.args == [1]
+    assert seen == [True, [2, 1]]
+    qtbot.waitUntil(lambda: pids(table) == [1, 2], timeout=RESUME_MS + 2000)
+
+
+def test_a_changed_figure_repaints_its_cell_not_the_whole_table(table):
+    """Every sample changes a few figures; the view repaints only those cells."""
+    model = table.source_model
+    a, b = proc(1, GiB), proc(2, 2 * GiB)
+    table.update_snapshot(snap(gpu([a, b])))
+    ranges = []
+    model.dataChanged.connect(lambda tl, br, *_: ranges.append(
+        ((tl.row(), tl.column()), (br.row(), br.column()))))
+    table.update_snapshot(snap(gpu([proc(1, GiB, cpu_percent=55.0), b])))
+    row = model.keys().index(("0", 1, a.create_time))
+    assert ranges == [((row, COL_CPU), (row, COL_CPU))]
+    assert cell(table, table.visible_row_of("0", 1), COL_CPU) == "55 %"
+    ranges.clear()
+    # A change that colours the whole row (its host status): the whole row.
+    table.update_snapshot(snap(gpu([proc(1, GiB, cpu_percent=55.0,
+                                         host_status=HostStatus.EXITED), b])))
+    assert ranges == [((row, 0), (row, len(COLUMNS) - 1))]
