@@ -18,7 +18,7 @@ from app.core.agents.directory import AgentDirectory
 from app.core.agents.types import AgentEntry, AgentReport
 
 #: Seconds of the demo replayed before a model command (see ``demo_model_agents``).
-DEMO_REPLAY_S = 40.0
+DEMO_REPLAY_S = 320.0
 
 
 def open_directory(args: argparse.Namespace, replay_s: float | None = None) -> AgentDirectory:
@@ -26,7 +26,9 @@ def open_directory(args: argparse.Namespace, replay_s: float | None = None) -> A
     when given), else a one-shot AgentHub on the user's registry."""
     if getattr(args, "demo", False):
         seed = getattr(args, "seed", 7)
-        return demo_agents(seed) if replay_s is None else demo_model_agents(seed, replay_s)
+        size = getattr(args, "demo_size", None)
+        return (demo_agents(seed, size) if replay_s is None
+                else demo_model_agents(seed, replay_s, size))
     from app.core.agents.hub import AgentHub
 
     return AgentHub()
@@ -66,30 +68,33 @@ def read_reports(directory: AgentDirectory, timeout_s: float) -> list[AgentAnswe
     return gather(one, directory.entries())
 
 
-def demo_agents(seed: int) -> AgentDirectory:
-    """The demo's agents 30 s into its run: a grown training cache, eval.py running."""
+def demo_agents(seed: int, size: tuple[int, int] | None = None) -> AgentDirectory:
+    """The demo's agents 30 s into its run: a grown training cache, eval.py running
+    (``size``: the scaled demo's, which has none)."""
     from app.core.agents.demo import DemoAgents
-    from app.core.monitor.demo_source import DemoSource
+    from app.core.monitor.demo_source import demo_source
 
-    source = DemoSource(seed=seed)
+    source = demo_source(size, seed)
     source.open(elapsed=30.0)
     agents = DemoAgents(source)
     source.read()
     return agents
 
 
-def demo_model_agents(seed: int, replay_s: float = DEMO_REPLAY_S) -> AgentDirectory:
+def demo_model_agents(seed: int, replay_s: float = DEMO_REPLAY_S,
+                      size: tuple[int, int] | None = None) -> AgentDirectory:
     """The demo's agents after its first ``replay_s`` seconds, replayed at 4 Hz
     through the collector and the pressure policy exactly as the GUI runs them:
-    at ~33 s GPU 0 crosses 90 % and the policy unloads the notebook's idle
-    text encoder and UNet.  The demo then goes on in real time."""
+    GPU 0 crosses 90 % every 45 s from ~32 s on, and once the policy has seen
+    the notebook's idle pipeline for its minimum idle time (5 min), at ~302 s,
+    it unloads its text encoder and UNet.  The demo then goes on in real time."""
     from app.core.agents.demo import DemoAgents
     from app.core.monitor.collector import Collector
-    from app.core.monitor.demo_source import DemoSource
+    from app.core.monitor.demo_source import demo_source
     from app.core.policies.pressure import PolicyRunner
 
     shift = [0.0]
-    source = DemoSource(seed=seed, clock=lambda: time.monotonic() + shift[0])
+    source = demo_source(size, seed, clock=lambda: time.monotonic() + shift[0])
     source.open()
     agents = DemoAgents(source)
     runner = PolicyRunner(agents, synchronous=True, clock=source.clock)

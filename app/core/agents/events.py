@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core.agents.placement import gpu_of_device
+from app.core.control.measure import ActionFigures, model_action_text, target_text
 from app.core.units import fmt_bytes, fmt_elapsed
 
 if TYPE_CHECKING:
@@ -64,10 +65,6 @@ class DecisionUpdate:
     new: bool  # the first time this decision reaches a snapshot (it may arrive done)
 
 
-def target_text(target: str | None) -> str:
-    return {"cpu": "CPU", "disk": "disk"}.get(target or "", target or "?")
-
-
 def event_text(ev: ModelEvent, size: int | None = None) -> str:
     """"Unloaded pipe.unet (1.6 GiB → CPU, 0.4 s, idle)" — the marker's hover text."""
     if ev.action == "unload":
@@ -85,6 +82,17 @@ def event_text(ev: ModelEvent, size: int | None = None) -> str:
     if not ev.ok and ev.error:
         text += f": {ev.error}"
     return text
+
+
+def event_line(ev: ModelEvent, figures: ActionFigures | None = None,
+               forced: bool = False) -> str:
+    """The Activity log's line of an event: a done move's figures in the words the
+    detail view uses (``model_action_text``; ``figures``: the controller's record
+    of it, NVML included, when it came from one), else :func:`event_text`."""
+    if not ev.ok:
+        return event_text(ev)
+    return model_action_text(ev.action, ev.name, figures or ActionFigures.of_event(ev),
+                             ev.target, ev.seconds, forced)
 
 
 class EventFeed:
@@ -227,4 +235,4 @@ class MarkerRing:
 
 
 __all__ = ["DecisionUpdate", "EventFeed", "Marker", "MarkerRing", "ModelEventRecord",
-           "event_text", "target_text"]
+           "event_line", "event_text", "target_text"]

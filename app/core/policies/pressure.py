@@ -21,7 +21,10 @@ The rule (per GPU, NVML ``memory_used / memory_total``):
   ``auto_unload_blocker``, and it has been idle for at least ``min_idle_s``
   (5 min) on the agent's idle clock (``idle_since``: the last forward, or
   before any forward when the agent first saw it; an older agent's last
-  forward).  The agent alone says what blocks an automatic unload (training
+  forward) *and* in this policy's view that long: a model the app has just
+  found (the app started, a process appeared) is not unloaded before the
+  user has had ``min_idle_s`` to see it, however long its agent says it has
+  been idle.  The agent alone says what blocks an automatic unload (training
   evidence, torch.compile, shared tensors, ...): the policy never re-derives
   that from ``training`` or ``requires_grad``, and a model whose idle time is
   unknown is never chosen.  A model belongs to a GPU when its home device
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -48,8 +52,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.agents.types import ModelActionResult
+from app.core.control.measure import ActionFigures, released_text
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
-from app.core.units import fmt_gib
+from app.core.units import fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:
     from app.core.agents.directory import AgentDirectory
@@ -109,6 +114,7 @@ class PolicyDecision:
     actions: tuple[UnloadAction, ...] = ()
     projected_used: int | None = None  # used minus the actions' bytes
     skipped: tuple[tuple[int, str, str, str], ...] = ()  # (pid, model id, name, why not)
+    threshold: float | None = None  # the config's threshold when decided
     # Filled in once the unloads have run (UNLOAD only):
     done: bool = False
     results: tuple[ModelActionResult, ...] = ()
@@ -117,6 +123,21 @@ class PolicyDecision:
     @property
     def fraction(self) -> float:
         return self.used / self.total if self.total else 0.0
+
+    @property
+    def unloaded(self) -> tuple[tuple[UnloadAction, ActionFigures], ...]:
+        """The unloads that went through, each with its agent's figures."""
+        done = {(r.pid, r.model): r for r in self.results if r.ok}
+        return tuple((a, ActionFigures.of_event(done[a.pid, a.model].event))
+                     for a in self.actions if (a.pid, a.model) in done)
+
+    @property
+    def freed(self) -> int | None:
+        """What the unloads gave back for the models themselves: each model's own
+        share of its allocator's release (cache held before is not the models');
+        None when no agent said."""
+        own = [f.own for _, f in self.unloaded if f.own is not None]
+        return sum(own) if own else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,13 +148,16 @@ class PolicyDecision:
             "projected_used": self.projected_used,
             "skipped": [{"pid": p, "model": m, "name": n, "why": w}
                         for p, m, n, w in self.skipped],
+            "threshold": self.threshold,
             "done": self.done, "results": [r.to_json() for r in self.results],
             "bytes_released": self.bytes_released,
         }
 
 
-def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float) -> str | None:
-    """Why ``model`` may not be unloaded automatically (None: it may)."""
+def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float,
+             watched_s: float = math.inf) -> str | None:
+    """Why ``model`` may not be unloaded automatically (None: it may); ``watched_s``:
+    how long the policy has seen it."""
     if model.state != "resident":
         return model.state + (f" to {model.offloaded_to}" if model.offloaded_to else "")
     if model.pinned:
@@ -144,6 +168,9 @@ def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float) -> str |
         return IDLE_UNKNOWN
     if idle_s < min_idle_s:
         return f"idle {idle_s:.0f} s (< {min_idle_s:g} s)"
+    if watched_s < min_idle_s:
+        return (f"found {watched_s:.0f} s ago (< {min_idle_s:g} s; idle "
+                f"{fmt_duration(idle_s)} by its agent)")
     return None
 
 
@@ -159,6 +186,8 @@ class PressurePolicy:
         self._last_action: dict[str, float] = {}
         self._deferred: set[str] = set()
         self._seq = 0
+        #: (pid, model id) -> monotonic seconds this policy first saw the model.
+        self._found: dict[tuple[int, str], float] = {}
 
     def set_config(self, config: PressurePolicyConfig) -> None:
         if config.enabled and not self.config.enabled:
@@ -181,6 +210,7 @@ class PressurePolicy:
         """Every decision this snapshot calls for, with its reason."""
         cfg = self.config
         now = snapshot.monotonic if now is None else now
+        self._note_models(snapshot, now)
         decisions = []
         for gpu in snapshot.gpus:
             if gpu.memory_used is None or not gpu.memory_total:
@@ -206,7 +236,7 @@ class PressurePolicy:
                 continue
             self._deferred.discard(key)
             self._armed[key] = False  # once per crossing, whatever comes of it
-            decisions.append(self._plan(snapshot, gpu, fraction))
+            decisions.append(self._plan(snapshot, gpu, fraction, now))
             if decisions[-1].kind == UNLOAD:
                 self._last_action[key] = now
         for d in decisions:
@@ -218,17 +248,34 @@ class PressurePolicy:
     def _key(gpu: GpuSample) -> str:
         return gpu.uuid or f"#{gpu.display_id}"
 
+    def _note_models(self, snapshot: Snapshot, now: float) -> None:
+        """When each reported model was first seen; a process gone forgets its models."""
+        agents: Mapping[int, AgentReport] = snapshot.agents or {}
+        found = self._found
+        for pid, report in agents.items():
+            for m in report.models:
+                found.setdefault((pid, m.id), now)
+        if len(found) > 4 * sum(len(r.models) for r in agents.values()) + 64:
+            self._found = {k: t for k, t in found.items() if k[0] in agents}
+
+    def watched_s(self, pid: int, model: str, now: float) -> float:
+        """Seconds this policy has seen model ``model`` of ``pid`` (0: never)."""
+        first = self._found.get((pid, model))
+        return 0.0 if first is None else max(0.0, now - first)
+
     def _decision(self, snapshot: Snapshot, gpu: GpuSample, kind: str, reason: str,
                   **fields: Any) -> PolicyDecision:
         self._seq += 1
         return PolicyDecision(seq=self._seq, time=snapshot.timestamp, gpu=gpu.index,
                               gpu_uuid=gpu.uuid, used=int(gpu.memory_used or 0),
                               total=int(gpu.memory_total or 0), kind=kind, reason=reason,
-                              **fields)
+                              threshold=self.config.threshold, **fields)
 
-    def candidates(self, snapshot: Snapshot, gpu: GpuSample
+    def candidates(self, snapshot: Snapshot, gpu: GpuSample, now: float | None = None
                    ) -> tuple[list[UnloadAction], list[tuple[int, str, str, str]]]:
-        """(eligible models on ``gpu``, longest idle first; the others with why not)."""
+        """(eligible models on ``gpu``, longest idle first; the others with why not).
+        ``now``: monotonic seconds for how long each model has been seen (None:
+        seen long enough)."""
         eligible: list[UnloadAction] = []
         skipped: list[tuple[int, str, str, str]] = []
         agents: Mapping[int, AgentReport] = snapshot.agents or {}
@@ -243,7 +290,8 @@ class PressurePolicy:
                 if home != cuda:
                     continue
                 idle = m.idle_s(seen_at)
-                why = _why_not(m, idle, self.config.min_idle_s)
+                watched = math.inf if now is None else self.watched_s(pid, m.id, now)
+                why = _why_not(m, idle, self.config.min_idle_s, watched)
                 if why is not None or idle is None:
                     skipped.append((pid, m.id, m.name, why or IDLE_UNKNOWN))
                     continue
@@ -253,11 +301,12 @@ class PressurePolicy:
         eligible.sort(key=lambda a: (-a.idle_s, -a.bytes, a.pid, a.model))
         return eligible, skipped
 
-    def _plan(self, snapshot: Snapshot, gpu: GpuSample, fraction: float) -> PolicyDecision:
+    def _plan(self, snapshot: Snapshot, gpu: GpuSample, fraction: float, now: float
+              ) -> PolicyDecision:
         cfg = self.config
         used, total = int(gpu.memory_used or 0), int(gpu.memory_total or 0)
         goal = cfg.rearm * total
-        eligible, skipped = self.candidates(snapshot, gpu)
+        eligible, skipped = self.candidates(snapshot, gpu, now)
         chosen: list[UnloadAction] = []
         projected = used
         for action in eligible:
@@ -274,7 +323,7 @@ class PressurePolicy:
                 + (f": {why}{more}" if skipped else ": no models on this GPU"),
                 projected_used=used, skipped=tuple(skipped))
         names = ", ".join(
-            f"{a.name} ({a.pid}, idle {a.idle_s / 60:.0f} min, {fmt_gib(a.bytes, 2)})"
+            f"{a.name} ({a.pid}, idle {fmt_duration(a.idle_s)}, {fmt_bytes(a.bytes)})"
             for a in chosen)
         short = "" if projected < goal else \
             f"; still {projected / total:.0%} projected: nothing else is eligible"
@@ -410,13 +459,14 @@ class PolicyRunner:
                     results.append(ModelActionResult(action.pid, action.model, False,
                                                      error=f"{type(exc).__name__}: {exc}",
                                                      code="internal"))
-            released = sum((r.event.bytes_released or 0) for r in results
-                           if r.ok and r.event is not None)
+            figures = ActionFigures.total(ActionFigures.of_event(r.event)
+                                          for r in results if r.ok)
+            released = figures.released or 0
             ok = sum(1 for r in results if r.ok)
             failed = "; ".join(f"{r.model}: {r.code or 'failed'}: {r.error}"
                                for r in results if not r.ok)
             outcome = (f" -> unloaded {ok} of {len(decision.actions)}, "
-                       f"released {fmt_gib(released, 2)}") + (f"; {failed}" if failed else "")
+                       f"{released_text(figures)}") + (f"; {failed}" if failed else "")
             done = dataclasses.replace(decision, done=True, results=tuple(results),
                                        bytes_released=released,
                                        reason=decision.reason + outcome)

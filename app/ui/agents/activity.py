@@ -6,6 +6,7 @@ Newest first, bounded; one row per entry, added only when something happens
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from PySide6.QtWidgets import (
 from app.core.units import NA, fmt_bytes
 from app.ui.style import palette as pal
 
-ACTIVITY_COLUMNS = ("Time", "Process", "Model", "Event", "Reason", "Released", "Took",
+ACTIVITY_COLUMNS = ("Time", "Process", "Model", "Event", "Reason", "Freed", "Took",
                     "Details")
 (ACOL_TIME, ACOL_PROCESS, ACOL_MODEL, ACOL_EVENT, ACOL_REASON, ACOL_RELEASED,
  ACOL_TOOK, ACOL_DETAILS) = range(len(ACTIVITY_COLUMNS))
@@ -42,11 +43,12 @@ class ActivityEntry:
     model: str
     event: str  # "Unloaded → CPU", "Reloaded", "Decided: unload", "Refused: training mode"
     reason: str = ""
-    released: int | None = None  # bytes released (allocator)
+    released: int | None = None  # bytes freed: the model's own share (ActionFigures.own)
     seconds: float | None = None
     detail: str = ""  # tooltip
     error: bool = False
     kind: str = "event"  # "event", "decision", "refusal", "setting"
+    key: tuple[int, int] | None = None  # (pid, seq) of a model event: see ActivityLog.update
 
 
 class ActivityLog(QWidget):
@@ -78,8 +80,10 @@ class ActivityLog(QWidget):
             header.resizeSection(col, fm.horizontalAdvance(sample) + 28)
         self.tree.headerItem().setTextAlignment(
             ACOL_RELEASED, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.tree.headerItem().setToolTip(ACOL_RELEASED, "Bytes the caching allocator gave back "
-                                          "to the driver")
+        self.tree.headerItem().setToolTip(
+            ACOL_RELEASED, "What an unload gave back to the driver for that model: the part of "
+            "the allocator's release its weights account for (cache the process held before "
+            "is in the details, not credited to the model)")
         lay.addWidget(self.tree)
         self.placeholder = QTreeWidgetItem(["", "", "", "Nothing yet", "", "", "",
                                             "Model unloads and reloads, and the auto-unload "
@@ -122,6 +126,21 @@ class ActivityLog(QWidget):
         while len(self.entries) > self.limit:
             self.entries.pop()
             self.tree.takeTopLevelItem(self.tree.topLevelItemCount() - 1)
+
+    def update(self, key: tuple[int, int], detail: str) -> bool:
+        """A logged model event's details, now complete (its action was measured);
+        False when no row has that key."""
+        for i, entry in enumerate(self.entries):
+            if entry.key != key:
+                continue
+            self.entries[i] = dataclasses.replace(entry, detail=detail)
+            item = self.tree.topLevelItem(i)  # rows are the entries, in order
+            if item is not None:
+                item.setText(ACOL_DETAILS, detail.replace("\n", " "))
+                for c in range(len(ACTIVITY_COLUMNS)):
+                    item.setToolTip(c, detail)
+            return True
+        return False
 
     @staticmethod
     def _repeats(a: ActivityEntry, b: ActivityEntry) -> bool:

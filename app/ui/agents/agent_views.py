@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.agents.types import AgentReport
-from app.core.control.requests import CollectGarbage, FreeCache
+from app.core.control.requests import CollectGarbage, FreeCache, Terminate
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
 from app.core.units import NA, fmt_bytes
@@ -78,7 +78,7 @@ class ProcessDetailView(ModelControls, QDialog):
     """Everything one agent reports about its process; non-modal, follows snapshots."""
 
     #: A typed request (app.core.control.requests): FreeCache, CollectGarbage, Unload,
-    #: Reload, Pin or SetIdleUnload of this process.
+    #: Reload, Pin, SetIdleUnload or Terminate (the window confirms it) of this process.
     request = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -256,6 +256,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.model_result = QLabel("", self.model_bar)
         self.model_result.setObjectName("modelResult")
         self.model_result.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.model_result.setWordWrap(True)  # a long result wraps, never cut mid-word
         self.model_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         for b in (self.unload_cpu_button, self.unload_disk_button, self.reload_button,
                   self.pin_button, self.force_button):
@@ -284,20 +285,24 @@ class ProcessDetailView(ModelControls, QDialog):
         foot.setSpacing(8)
         self.result_label = QLabel("", self)
         self.result_label.setObjectName("actionResult")
-        self.result_label.setWordWrap(True)
-        self.result_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.result_label.setWordWrap(True)  # on its own row: a long result wraps, never cut
         self.gc_button = QPushButton("Run gc", self)
         self.gc_button.setObjectName("gcButton")
         self.gc_button.setToolTip("Run Python's garbage collector in the process (gc.collect())")
         self.free_button = QPushButton("Free cache", self)
         self.free_button.setObjectName("freeCacheButton")
+        self.terminate_button = QPushButton("Terminate…", self)
+        self.terminate_button.setObjectName("terminateButton")
         self.close_button = QPushButton("Close", self)
         self.close_button.clicked.connect(self.close)
         self.free_button.clicked.connect(self._on_free)
         self.gc_button.clicked.connect(self._on_gc)
-        for b in (self.gc_button, self.free_button, self.close_button):
+        self.terminate_button.clicked.connect(self._on_terminate)
+        for b in (self.terminate_button, self.gc_button, self.free_button, self.close_button):
             b.setAutoDefault(False)
-        foot.addWidget(self.result_label, 1)
+        outer.addWidget(self.result_label)
+        foot.addStretch(1)
+        foot.addWidget(self.terminate_button)
         foot.addWidget(self.gc_button)
         foot.addWidget(self.free_button)
         foot.addWidget(self.close_button)
@@ -388,9 +393,9 @@ class ProcessDetailView(ModelControls, QDialog):
             tip = breakdown_tooltip(f"GPU {g.display_id}: {g.name}", b)
             if dev is not None:
                 retries = NA if dev.num_alloc_retries is None else dev.num_alloc_retries
-                tip += (f"\n\nPeak allocated: {fmt_bytes(dev.peak_allocated, 2)}"
-                        f"\nPeak reserved: {fmt_bytes(dev.peak_reserved, 2)}"
-                        f"\nInactive split (fragmented): {fmt_bytes(dev.inactive_split, 2)}"
+                tip += (f"\n\nPeak allocated: {fmt_bytes(dev.peak_allocated)}"
+                        f"\nPeak reserved: {fmt_bytes(dev.peak_reserved)}"
+                        f"\nInactive split (fragmented): {fmt_bytes(dev.inactive_split)}"
                         f"\nAlloc retries: {retries}"
                         f"\nOOMs: {NA if dev.num_ooms is None else dev.num_ooms}")
             row.set(pid, f"GPU {g.display_id}", b, scale, tip)
@@ -456,6 +461,10 @@ class ProcessDetailView(ModelControls, QDialog):
     def _on_gc(self) -> None:
         if self.pid is not None:
             self.request.emit(CollectGarbage(self.pid))
+
+    def _on_terminate(self) -> None:
+        if self.pid is not None:
+            self.request.emit(Terminate(self.pid))
 
     def changeEvent(self, event) -> None:  # noqa: N802
         from PySide6.QtCore import QEvent

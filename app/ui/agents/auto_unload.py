@@ -2,14 +2,21 @@
 
 It edits an :class:`~app.ui.settings.values.AutoUnloadSettings`; the window
 sends them to the application controller (``SetAutoUnload``), which applies
-them to the memory-pressure policy running in the Collector.
+them to the memory-pressure policy running in the Collector.  It shows the
+policy's state (off, armed at its threshold, acting) and its last unload.
+
+Also here: the texts of the notice of an automatic unload (:func:`notice_texts`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -22,9 +29,74 @@ from PySide6.QtWidgets import (
     QWidgetAction,
 )
 
+from app.core.control.measure import ActionFigures
+from app.core.units import fmt_ago, fmt_bytes, fmt_duration, fmt_fraction
 from app.ui.settings.values import AutoUnloadSettings
 
 log = logging.getLogger(__name__)
+
+
+# -- what the policy did -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LastUnload:
+    """The policy's last unload, as the control tells of it."""
+
+    time: float  # epoch seconds it was done
+    gpu: str  # "GPU 0"
+    names: tuple[str, ...]  # the models unloaded
+    freed: int | None  # bytes: the models' own share (PolicyDecision.freed)
+    failed: int = 0  # unloads refused or failed
+
+    @classmethod
+    def of(cls, decision: Any, gpu: str, when: float | None = None) -> LastUnload:
+        """From a done PolicyDecision (app.core.policies.pressure)."""
+        done = decision.unloaded
+        return cls(time.time() if when is None else when, gpu,
+                   tuple(a.name for a, _ in done), decision.freed,
+                   len(decision.actions) - len(done))
+
+    def text(self, now: float | None = None) -> str:
+        """"last: unloaded pipe.text_encoder 2 min 05 s ago, freed 235 MiB"."""
+        ago = fmt_ago((time.time() if now is None else now) - self.time)
+        if not self.names:
+            return f"last: nothing unloaded on {self.gpu} {ago} ({self.failed} refused or failed)"
+        text = f"last: unloaded {', '.join(self.names)} {ago}"
+        if self.freed is not None:
+            text += f", freed {fmt_bytes(self.freed)}"
+        if self.failed:
+            text += f" ({self.failed} refused or failed)"
+        return text
+
+
+def notice_texts(decision: Any, gpu: str, label_of: Callable[[int], str]) -> tuple[str, str]:
+    """(title, body) of the notice of an automatic unload: "Auto-unload freed 235 MiB
+    from pipe.text_encoder in ipykernel (18822)" ("from 2 models", named with their
+    own share in the body), then why and how they come back.  ``label_of``: a pid's
+    process label."""
+    done = decision.unloaded
+    pids = sorted({a.pid for a, _ in done})
+    where = label_of(pids[0]) if len(pids) == 1 else f"{len(pids)} processes"
+    what = done[0][0].name if len(done) == 1 else f"{len(done)} models"
+    freed = decision.freed
+    title = (f"Auto-unload freed {fmt_bytes(freed)} from {what} in {where}" if freed is not None
+             else f"Auto-unload unloaded {what} in {where}")
+    threshold = getattr(decision, "threshold", None)
+    body = ""
+    if len(done) > 1:
+        body = ", ".join(f"{a.name} ({fmt_bytes(f.own)})" for a, f in done) + ": "
+    body += f"{gpu} reached {fmt_fraction(decision.fraction)}"
+    if threshold is not None:
+        body += f" (the threshold is {fmt_fraction(threshold)})"
+    idle = min(a.idle_s for a, _ in done)
+    many = len(done) > 1
+    body += (f". {'They' if many else 'It'} had been idle for {fmt_duration(idle)}"
+             f" and went to host memory; {'they reload on their' if many else 'it reloads on its'}"
+             " next use, or now.")
+    cache = ActionFigures.total(f for _, f in done).cache_before
+    if cache:
+        body += f" The allocator also returned {fmt_bytes(cache)} of cache held before."
+    return title, body
 
 
 # -- settings control ---------------------------------------------------------------------------
@@ -66,8 +138,9 @@ class AutoUnloadForm(QWidget):
         self.idle_spin = spin_box(self, 0, 24 * 60, " min", "autoUnloadMinIdle",
                                   "Only models idle at least this long are unloaded (no "
                                   "forward pass; before the first one, since the agent first "
-                                  "saw them); pinned models and models with training evidence "
-                                  "never are")
+                                  "saw them), and only once the app has seen them that long "
+                                  "too; pinned models and models with training evidence never "
+                                  "are")
         form.addRow("Threshold", self.threshold_spin)
         form.addRow("Re-arm below", self.rearm_spin)
         form.addRow("Idle for at least", self.idle_spin)
@@ -79,6 +152,11 @@ class AutoUnloadForm(QWidget):
                           "forward pass reloads them.")
         self.note.setMaximumWidth(320)
         lay.addWidget(self.note)
+        self.status = QLabel(self)  # the policy's state and last unload (the control sets it)
+        self.status.setObjectName("autoUnloadStatus")
+        self.status.setWordWrap(True)
+        self.status.setMaximumWidth(320)
+        lay.addWidget(self.status)
         self._settings = settings
         self.set_settings(settings)
         self.enabled_box.toggled.connect(self._emit)
@@ -111,7 +189,10 @@ class AutoUnloadForm(QWidget):
 
 
 class AutoUnloadControl(QToolButton):
-    """"Auto-unload: at 90 %" — a button whose popup is the :class:`AutoUnloadForm`."""
+    """"Auto-unload: at 90 %" — a button whose popup is the :class:`AutoUnloadForm`.
+
+    Its text says the policy's state (off, at its threshold, unloading…); its
+    tooltip and popup add what it is doing and its last unload."""
 
     settings_changed = Signal(object)  # AutoUnloadSettings
 
@@ -127,7 +208,10 @@ class AutoUnloadControl(QToolButton):
         self.menu_.addAction(action)
         self.setMenu(self.menu_)
         self.form.changed.connect(self._on_changed)
+        self.menu_.aboutToShow.connect(lambda: self._show(self.form.settings()))
         self.available = True
+        self.acting: str | None = None  # "unloading pipe.unet on GPU 0"
+        self.last: LastUnload | None = None
         self._show(settings)
 
     def set_settings(self, s: AutoUnloadSettings) -> None:
@@ -142,22 +226,60 @@ class AutoUnloadControl(QToolButton):
         self._unavailable_why = why
         self._show(self.form.settings())
 
+    def set_acting(self, what: str | None) -> None:
+        """The policy is unloading (``what``: "unloading pipe.unet on GPU 0"), or done."""
+        self.acting = what
+        self._show(self.form.settings())
+
+    def set_last(self, last: LastUnload) -> None:
+        self.last = last
+        self._show(self.form.settings())
+
     def _on_changed(self, s: AutoUnloadSettings) -> None:
         self._show(s)
         self.settings_changed.emit(s)
 
+    def state_text(self) -> str:
+        """"Armed: acts when a GPU reaches 90 %", "Acting: …", "Off"; with the last
+        unload on a second line."""
+        s = self.form.settings()
+        if not s.enabled:
+            state = "Off"
+        elif self.acting:
+            state = f"Acting: {self.acting}"
+        else:
+            state = f"Armed: acts when a GPU reaches {s.threshold * 100:.0f} %"
+        if self.last is None:
+            return state
+        last = self.last.text()
+        return f"{state}\n{last[0].upper()}{last[1:]}"
+
+    @staticmethod
+    def policy_text(s: AutoUnloadSettings) -> str:
+        """What the settings do, in a sentence."""
+        if not s.enabled:
+            return ("Memory-pressure policy: off (models are unloaded only by hand or by a "
+                    "process's own idle timer)")
+        return ("Memory-pressure policy: when a GPU's used memory reaches "
+                f"{s.threshold * 100:.0f} %, idle models (idle ≥ {s.min_idle_s / 60:g} min, "
+                "and seen by the app that long; not pinned) are unloaded to host memory until "
+                f"it is below; it acts again after usage fell under {s.rearm * 100:.0f} %.")
+
     def _show(self, s: AutoUnloadSettings) -> None:
-        self.setText(s.summary())
-        tip = ("Memory-pressure policy: when a GPU's used memory reaches "
-               f"{s.threshold * 100:.0f} %, idle models (idle ≥ {s.min_idle_s / 60:g} min, not "
-               f"pinned) are unloaded to host memory until it is below; it acts again after "
-               f"usage fell under {s.rearm * 100:.0f} %."
-               if s.enabled else "Memory-pressure policy: off (models are unloaded only by "
-               "hand or by a process's own idle timer)")
+        self.setText("Auto-unload: unloading…" if s.enabled and self.acting else s.summary())
+        state = self.state_text()
+        tip = f"{state}\n\n{self.policy_text(s)}"
         if not self.available:
             tip += "\n\nNot available: " + (getattr(self, "_unavailable_why", "") or
                                             "this build has no pressure policy")
         self.setToolTip(tip + "\n\nClick to change.")
+        if self.form.status.text() != state:
+            self.form.status.setText(state)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and self.last is not None:
+            self._show(self.form.settings())  # "… 2 min 05 s ago" as of now
+        return super().event(event)
 
 
-__all__ = ["AutoUnloadControl", "AutoUnloadForm"]
+__all__ = ["AutoUnloadControl", "AutoUnloadForm", "LastUnload", "notice_texts"]

@@ -19,8 +19,9 @@ import time
 from app.core.agents.events import target_text
 from app.core.agents.types import ModelInfo
 from app.core.agents.unload_reasons import overridable, refuses_any_unload
+from app.core.control.measure import model_action_text
 from app.core.control.records import IDLE_TTL, PIN, RELOAD, UNLOAD, ModelAction
-from app.core.units import NA, fmt_bytes, fmt_elapsed
+from app.core.units import NA, fmt_bytes, fmt_duration
 
 #: A model whose last forward is at most this old counts as "in use".
 IN_USE_S = 10.0
@@ -70,20 +71,13 @@ def idle_seconds(m: ModelInfo, now: float) -> float | None:
 
 
 def fmt_idle(seconds: float | None, forward_seen: bool = True) -> str:
-    """``in use``, ``idle 45 s``, ``idle 12 min``, ``idle 2 h 17 min``; ``n/a`` when
+    """``in use``, ``idle 45 s``, ``idle 12 min 05 s``, ``idle 2 h 17 min``; ``n/a`` when
     unknown.  Only a model seen in a forward is ``in use``: one never run is idle."""
     if seconds is None:
         return NA
     if seconds < IN_USE_S and forward_seen:
         return "in use"
-    if seconds < 60:
-        return f"idle {int(seconds)} s"
-    if seconds < 3600:
-        return f"idle {int(seconds // 60)} min"
-    if seconds < 86400:
-        h, rest = divmod(int(seconds), 3600)
-        return f"idle {h} h {rest // 60} min" if rest >= 60 else f"idle {h} h"
-    return f"idle {int(seconds // 86400)} d"
+    return f"idle {fmt_duration(seconds)}"
 
 
 def idle_text(m: ModelInfo, now: float) -> str:
@@ -200,7 +194,7 @@ def model_facts(m: ModelInfo) -> list[str]:
     if m.requires_grad is not None:
         lines.append("requires grad (blocks nothing)" if m.requires_grad else "frozen (no grad)")
     if m.placeholder_bytes:
-        lines.append(f"Meta placeholders: {fmt_bytes(m.placeholder_bytes, 2)} (weights held "
+        lines.append(f"Meta placeholders: {fmt_bytes(m.placeholder_bytes)} (weights held "
                      "elsewhere, not counted on any device)")
     if m.first_seen is not None:
         lines.append(f"First seen by the agent: {_clock(m.first_seen)}")
@@ -273,36 +267,16 @@ def model_summary(action: ModelAction, with_process: bool = True) -> str:
                 return f"{prefix}{name} not unloaded: {action.error}"
             return f"{prefix}unloading {name} failed: {action.error}"
         ev = action.event
-        parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}",
-                 f"allocator released {fmt_bytes(ev.bytes_released if ev else None)}",
-                 _nvml_text(action)]
-        if ev is not None and ev.seconds is not None:
-            parts.append(fmt_elapsed(ev.seconds))
-        forced = " (forced)" if action.force else ""
-        return f"{prefix}unloaded {name} to {to}{forced}: " + ", ".join(parts)
+        return prefix + model_action_text(UNLOAD, name, action.figures, action.to,
+                                          ev.seconds if ev is not None else None, action.force)
     # RELOAD
     if not action.done:
         return f"{prefix}reloading {name}…"
     if not action.ok:
         return f"{prefix}reloading {name} failed: {action.error}"
     ev = action.event
-    parts = [f"moved {fmt_bytes(ev.bytes_moved if ev else None)}"]
-    if ev is not None and ev.seconds is not None:
-        parts.append(fmt_elapsed(ev.seconds))
-    if action.measured and action.released is not None:
-        parts.append(f"NVML shows {fmt_bytes(max(0, -action.released))} more in use")
-    return f"{prefix}reloaded {name}: " + ", ".join(parts)
-
-
-def _nvml_text(action: ModelAction) -> str:
-    if not action.measured:
-        return "measuring with NVML…"
-    value = action.released
-    if value is None:
-        return "NVML release unknown"
-    if value <= 0:
-        return "NVML shows nothing released"
-    return f"NVML shows {fmt_bytes(value)} released"
+    return prefix + model_action_text(RELOAD, name, action.figures, None,
+                                      ev.seconds if ev is not None else None)
 
 
 def _minutes(seconds: float | None) -> str:

@@ -66,7 +66,7 @@ def badge_key(m: ModelInfo, pending=None) -> str:
 
 
 BADGE_COLORS = {"resident": pal.BREAKDOWN_PARAMS, "cpu": "#009E73", "disk": "#CC79A7",
-                "moving": pal.LEVEL_COLORS[pal.LEVEL_WARNING]}
+                "moving": pal.AGENT_COLOR}  # a state in progress, not a memory level
 
 
 class ModelListModel(QAbstractTableModel):
@@ -197,10 +197,10 @@ class ModelListModel(QAbstractTableModel):
                 text += " — the weights are being moved"
             return text + "\n\n" + model_blocker_tooltip(m)
         if col == MCOL_SIZE:
-            text = (f"parameters {fmt_bytes(m.param_bytes, 2)} + "
-                    f"buffers {fmt_bytes(m.buffer_bytes, 2)}")
+            text = (f"parameters {fmt_bytes(m.param_bytes)} + "
+                    f"buffers {fmt_bytes(m.buffer_bytes)}")
             if m.placeholder_bytes:
-                text += (f"\nplus {fmt_bytes(m.placeholder_bytes, 2)} of meta placeholders "
+                text += (f"\nplus {fmt_bytes(m.placeholder_bytes)} of meta placeholders "
                          "(weights held elsewhere, not on any device here)")
             return text
         if col == MCOL_MODE:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.core.control.records import FREE, IDLE_TTL, CacheAction, ModelAction
+from app.core.control.records import FREE, IDLE_TTL, CacheAction, ModelAction, TerminateAction
 from app.core.control.requests import (
     FreeCache,
     Request,
+    Terminate,
 )
 from app.core.control.targets import label_of
 from app.core.monitor.samples import Snapshot
@@ -26,9 +27,10 @@ from app.ui.agents.agent_views import ProcessDetailView
 from app.ui.agents.model_actions import model_summary
 from app.ui.shell.controller import ControllerAdapter
 from app.ui.style import palette as pal
+from app.ui.window.terminate_views import TerminateViews
 
 
-class ActionViews:
+class ActionViews(TerminateViews):
     """Requests out, results in; mixed into the main window (its widgets are ``self``'s)."""
 
     controller: ControllerAdapter
@@ -54,6 +56,7 @@ class ActionViews:
                               (old.measured, self._on_measured)):
                 sig.disconnect(slot)
         self.controller = controller
+        self._wire_terminate(controller, old)
         controller.started.connect(self._on_started)
         controller.progress.connect(self._on_progress)
         controller.finished.connect(self._on_finished)
@@ -67,7 +70,9 @@ class ActionViews:
 
     def submit(self, request: Request) -> Any:
         """The controller's record(s) of ``request``; None when refused (nothing to
-        do, busy, unknown process)."""
+        do, busy, unknown process).  A Terminate opens its confirmation instead."""
+        if isinstance(request, Terminate):
+            return self.ask_terminate(request)
         return self.controller.submit(request)
 
     # -- verbs the panels send (one line each: the logic is the controller's) ---------------
@@ -124,7 +129,7 @@ class ActionViews:
         for (p, m), d in self._policy_pending.items():
             if p == pid and m not in pending:
                 pending[m] = self._policy_action(d, p, m)
-        last = self.controller.last_model_actions(pid)
+        last = self._with_policy_last(pid, self.controller.last_model_actions(pid))
         view.update_snapshot(snapshot, busy, can_act, pending, last, idle_pending)
 
     # -- results --------------------------------------------------------------------------------
@@ -144,8 +149,10 @@ class ActionViews:
         for action in later:
             self._show_measured_model(action)
 
-    def _on_started(self, action: CacheAction | ModelAction) -> None:
-        if isinstance(action, CacheAction):
+    def _on_started(self, action: CacheAction | ModelAction | TerminateAction) -> None:
+        if isinstance(action, TerminateAction):
+            self._on_terminate_update(action)
+        elif isinstance(action, CacheAction):
             self._on_action_update(action)
         else:
             if action.reason != "pressure":
@@ -155,14 +162,18 @@ class ActionViews:
     def _on_progress(self, action: CacheAction, _pid: int) -> None:
         self._on_action_update(action)
 
-    def _on_finished(self, action: CacheAction | ModelAction) -> None:
-        if isinstance(action, CacheAction):
+    def _on_finished(self, action: CacheAction | ModelAction | TerminateAction) -> None:
+        if isinstance(action, TerminateAction):
+            self._on_terminate_update(action)
+        elif isinstance(action, CacheAction):
             self._on_action_update(action)
         else:
             self._on_model_finished(action)
 
-    def _on_measured(self, action: CacheAction | ModelAction) -> None:
-        if isinstance(action, CacheAction):
+    def _on_measured(self, action: CacheAction | ModelAction | TerminateAction) -> None:
+        if isinstance(action, TerminateAction):
+            self._on_terminate_update(action)
+        elif isinstance(action, CacheAction):
             self._show_action(action)
         elif self._measured_models is not None:
             self._measured_models.append(action)
@@ -170,6 +181,7 @@ class ActionViews:
             self._show_measured_model(action)
 
     def _show_measured_model(self, action: ModelAction) -> None:
+        self._log_measured(action)
         if (self.controller.last_model_actions(action.pid).get(action.model or "") is action
                 and action.reason != "pressure"):
             self._status(model_summary(action))

@@ -10,12 +10,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.core.agents.events import DecisionUpdate, ModelEventRecord, target_text
+from app.core.agents.events import DecisionUpdate, ModelEventRecord, event_line, target_text
+from app.core.agents.types import ModelEvent
+from app.core.control.measure import ActionFigures, released_text
 from app.core.control.records import UNLOAD, ModelAction
 from app.core.control.requests import SetAutoUnload
 from app.core.monitor.samples import Snapshot
 from app.core.units import fmt_bytes, fmt_fraction
 from app.ui.agents.activity import ActivityEntry, reason_text
+from app.ui.agents.auto_unload import LastUnload
 from app.ui.settings.values import AutoUnloadSettings
 from app.ui.style import palette as pal
 
@@ -57,7 +60,8 @@ class ActivityViews:
             time.time(), "", "", "Auto-unload " + ("on" if settings.enabled else "off"),
             self.settings.auto_unload.summary().removeprefix("Auto-unload: ")
             if settings.enabled else "", kind="setting",
-            detail=self.auto_unload.toolTip().split("\n\nClick")[0]), count=False, coalesce=True)
+            detail=self.auto_unload.policy_text(self.settings.auto_unload)), count=False,
+            coalesce=True)
 
     # -- decisions ---------------------------------------------------------------------------------
     def _on_policy_decision(self, update: DecisionUpdate) -> None:
@@ -70,6 +74,7 @@ class ActivityViews:
             self._decisions_of = runner
             self._policy_pending.clear()
             self._policy_actions.clear()
+            self.auto_unload.set_acting(None)
         from app.core.policies import pressure as pp
 
         did = next((g.display_id for g in (self._latest.gpus if self._latest else ())
@@ -89,11 +94,22 @@ class ActivityViews:
             else:
                 ok = sum(1 for r in d.results if r.ok)
                 failed = [r for r in d.results if not r.ok]
+                done = ActionFigures.total(ActionFigures.of_event(r.event)
+                                           for r in d.results if r.ok)
                 text = (f"Auto-unload: {gpu}: unloaded {ok} of {len(d.actions)} "
-                        f"({names}), released {fmt_bytes(d.bytes_released)}")
+                        f"({names}), {released_text(done)}")
                 if failed:
                     text += f"; {failed[0].model}: {failed[0].error or failed[0].code}"
             self._status(text, d.reason, error=d.done and not any(r.ok for r in d.results))
+            if d.done:
+                self.auto_unload.set_last(LastUnload.of(d, gpu))
+                self.auto_unload.set_acting(None)
+                for r in d.results:  # the detail view's last action on each model
+                    record = self._policy_action(d, r.pid, r.model)
+                    record.result, record.done_at = r, time.monotonic()
+            else:
+                self.auto_unload.set_acting(
+                    f"unloading {', '.join(a.name for a in d.actions)} on {gpu}")
             for a in (d.actions if update.new else ()):  # (it may arrive already done)
                 self._add_activity(ActivityEntry(
                     d.time, self._process_label(a.pid), a.name, "Decided: unload",
@@ -130,11 +146,24 @@ class ActivityViews:
             to = getattr(getattr(runner, "config", None), "target", "cpu")
             action = ModelAction(UNLOAD, pid, model, a.name if a else model, to=to,
                                  reason="pressure", size=a.bytes if a else None,
-                                 label=self._process_label(pid))
+                                 label=self._process_label(pid), nvml=False)
             if len(self._policy_actions) > 64:
                 self._policy_actions.clear()
             self._policy_actions[key] = action
         return action
+
+    def _with_policy_last(self, pid: int, last: dict[str, ModelAction]
+                          ) -> dict[str, ModelAction]:
+        """``last`` (the controller's last action per model of ``pid``) with the policy's
+        unloads where they are newer."""
+        out = dict(last)
+        for (p, m, _seq), action in sorted(self._policy_actions.items(), key=lambda kv: kv[0][2]):
+            if p != pid or action.done_at is None:
+                continue
+            mine = out.get(m)
+            if mine is None or (mine.done_at or 0.0) <= action.done_at:
+                out[m] = action
+        return out
 
     # -- model events ---------------------------------------------------------------------------
     def _on_model_events(self, records: tuple[ModelEventRecord, ...]) -> None:
@@ -147,16 +176,37 @@ class ActivityViews:
                 what = f"Unloaded → {target_text(ev.target)}" if ev.ok else "Unload failed"
             else:
                 what = "Reloaded" if ev.ok else "Reload failed"
+            action = self._action_of_event(rec.pid, ev)
+            figures = action.figures if action is not None else ActionFigures.of_event(ev)
+            line = event_line(ev, figures, action is not None and action.force)
+            where = f" on GPU {rec.display_id}" if rec.display_id else ""
             self._add_activity(ActivityEntry(
                 rec.time, label, ev.name, what, reason_text(ev.reason),
-                ev.bytes_released if ev.action == "unload" else None, ev.seconds,
-                detail=f"{label}: {rec.text}" + (f" on GPU {rec.display_id}"
-                                                  if rec.display_id else ""),
-                error=not ev.ok))
+                figures.own if ev.action == "unload" and ev.ok else None, ev.seconds,
+                detail=f"{label}{where}: {line}", error=not ev.ok, key=(rec.pid, ev.seq)))
             if ev.reason != "manual":
                 self._status(f"{label}: {rec.text}", error=not ev.ok)
         # Markers: draw the changed panels at the next refresh.
         self._dirty = True
+
+    def _action_of_event(self, pid: int, ev: ModelEvent) -> ModelAction | None:
+        """The controller's record whose answer ``ev`` is (its figures include NVML's);
+        None for an event no action of this window asked for."""
+        action = self.controller.last_model_actions(pid).get(ev.model)
+        if action is not None and action.event is not None and action.event.seq == ev.seq:
+            return action
+        return None
+
+    def _log_measured(self, action: ModelAction) -> None:
+        """A measured action's Activity row gets NVML's figure too (the detail view's
+        line, word for word)."""
+        ev = action.event
+        if ev is None:
+            return
+        where = f" on GPU {action.display_id}" if action.display_id else ""
+        label = action.label or self._process_label(action.pid)
+        line = event_line(ev, action.figures, action.force)
+        self.activity.update((action.pid, ev.seq), f"{label}{where}: {line}")
 
     # -- the Activity tab and the status line -------------------------------------------------
     def add_activity(self, entry: ActivityEntry) -> None:

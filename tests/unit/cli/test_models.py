@@ -12,7 +12,7 @@ import pytest
 from app import cli
 from tests.fakes.fake_agent import FakeAgent
 
-NB, TRAIN, EVAL = 18822, 20417, 31002  # the demo's notebook, training job, eval job
+NB, TRAIN = 18822, 20417  # the demo's notebook and training job
 MODEL_KEYS = {"pid", "id", "name", "class", "group", "state", "offloaded_to", "pinned", "device",
               "home_device", "dtype", "training", "requires_grad", "training_evidence", "params",
               "param_bytes", "buffer_bytes", "placeholder_bytes", "bytes", "last_used",
@@ -47,7 +47,8 @@ def test_models_demo_shows_the_pressure_policys_work(capsys):
     records = json.loads(out)
     assert records and all(set(r) == MODEL_KEYS for r in records)
     by_name = {r["name"]: r for r in records}
-    # replayed 40 s: GPU 0 crossed 90 % at ~33 s and the policy unloaded these
+    # replayed 320 s: GPU 0 crossed 90 % at ~302 s, the policy had seen the pipeline
+    # for 5 min by then and unloaded these
     assert by_name["pipe.unet"]["state"] == "offloaded"
     assert by_name["pipe.unet"]["offloaded_to"] == "cpu"
     assert by_name["pipe.unet"]["home_device"] == "cuda:0" and by_name["pipe.unet"]["device"] == "cpu"
@@ -66,7 +67,7 @@ def test_models_demo_shows_the_pressure_policys_work(capsys):
     assert vae["idle_since"] <= vae["last_used"] + 1e-6 and vae["first_seen"] < vae["idle_since"]
     rc, out, _ = run_cli(capsys, "--demo", "models")
     assert rc == 0
-    assert "offloaded (cpu)" in out and "train mode" in out and "2h1" in out
+    assert "offloaded (cpu)" in out and "train mode" in out and "2 h 2" in out
     assert "UNet2DConditionModel" in out
 
 
@@ -108,15 +109,15 @@ def test_pin_and_policy_demo(capsys):
     rc, out, _ = run_cli(capsys, "pin", "--demo", "--pid", str(NB), "--model", "m3", "--off",
                          "--json")
     assert rc == 0 and json.loads(out)["pinned"] is False
-    rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(EVAL), "--idle-unload", "600")
+    rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(TRAIN), "--idle-unload", "600")
     assert rc == 0 and "600 s" in out
     assert "GPU models" in out and "on the CPU stay where they are" in out
-    rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(EVAL), "--idle-unload", "off",
+    rc, out, _ = run_cli(capsys, "policy", "--demo", "--pid", str(TRAIN), "--idle-unload", "off",
                          "--json")
-    assert rc == 0 and json.loads(out) == {"pid": EVAL, "ok": True, "idle_unload_s": None,
+    assert rc == 0 and json.loads(out) == {"pid": TRAIN, "ok": True, "idle_unload_s": None,
                                            "error": None, "code": None}
     with pytest.raises(SystemExit):
-        cli.main(["policy", "--demo", "--pid", str(EVAL), "--idle-unload", "soon"])
+        cli.main(["policy", "--demo", "--pid", str(TRAIN), "--idle-unload", "soon"])
     assert run_cli(capsys, "policy", "--demo", "--pid", "1", "--idle-unload", "5")[0] == 2
 
 
@@ -142,7 +143,7 @@ def test_models_of_a_real_agent(capsys, fake):
     assert records[1]["requires_grad"] is True  # an eval model that requires grad: no blocker
     assert records[0]["blocker"] == "train mode" and records[0]["training_evidence"] == "train mode"
     rc, out, _ = run_cli(capsys, "models")
-    assert rc == 0 and "head" in out and "10m" in out
+    assert rc == 0 and "head" in out and "10 min 00 s" in out
 
 
 @needs_unix

@@ -11,7 +11,15 @@ from app.core.agents.types import ModelEvent
 from app.core.monitor.collector import Collector
 from app.core.monitor.demo_source import DemoSource
 from app.core.policies.pressure import UNLOAD, PolicyRunner
-from tests.unit.core.policies.test_pressure import NOW, Directory, gpu, model, report, snap
+from tests.unit.core.policies.test_pressure import (
+    NOW,
+    Directory,
+    gpu,
+    model,
+    report,
+    snap,
+    watched,
+)
 
 
 class Clock:
@@ -104,9 +112,10 @@ def test_an_event_time_is_moved_onto_the_snapshots_clock():
 def test_a_policy_decision_arrives_as_made_then_as_done():
     gate = threading.Event()
     directory = Directory(gate=gate)
-    runner = PolicyRunner(directory)
+    r = report(20, model("a", gib=10.0))
+    runner = watched(PolicyRunner(directory), r)
     feed = EventFeed(directory, runner)
-    full = snap(gpu(fraction=0.95), report(20, model("a", gib=10.0)))
+    full = snap(gpu(fraction=0.95), r)
     try:
         runner.observe(full)
         [made] = feed.attach(full).policy_decisions
@@ -124,9 +133,10 @@ def test_a_policy_decision_arrives_as_made_then_as_done():
 
 def test_a_decision_done_within_one_tick_arrives_once_and_new():
     directory = Directory()
-    runner = PolicyRunner(directory, synchronous=True)
+    r = report(20, model("a", gib=10.0))
+    runner = watched(PolicyRunner(directory, synchronous=True), r)
     feed = EventFeed(directory, runner)
-    full = snap(gpu(fraction=0.95), report(20, model("a", gib=10.0)))
+    full = snap(gpu(fraction=0.95), r)
     runner.observe(full)
     [update] = feed.attach(full).policy_decisions
     assert update.new and update.decision.done and directory.calls
@@ -135,9 +145,10 @@ def test_a_decision_done_within_one_tick_arrives_once_and_new():
 def test_what_happens_while_the_source_is_down_arrives_with_the_next_good_snapshot():
     collector, agents, clock = demo_collector()
     try:
-        runner = PolicyRunner(agents, synchronous=True)
+        r = report(20, model("a", gib=10.0))
+        runner = watched(PolicyRunner(agents, synchronous=True), r)
         collector.events.policy = runner
-        full = snap(gpu(fraction=0.95), report(20, model("a", gib=10.0)))
+        full = snap(gpu(fraction=0.95), r)
         runner.observe(full)  # no agent 20 in the demo: the unload fails, and says so
         error = collector._error_snapshot("driver gone", 0.0)
         assert error.gpus == () and error.policy_decisions == () and error.model_events == ()

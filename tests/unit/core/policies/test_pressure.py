@@ -80,6 +80,14 @@ def snap(gpus, *reports: AgentReport, mono: float = 0.0) -> Snapshot:
                     gpus=tuple(gpus), agents={r.pid: r for r in reports})
 
 
+def watched(policy, *reports: AgentReport):
+    """``policy`` (or a runner) has seen these models for long: a quiet snapshot long
+    before the test's."""
+    feed = policy.observe if isinstance(policy, PolicyRunner) else policy.evaluate
+    assert feed(snap(gpu(fraction=0.1), *reports, mono=-1e6)) == []
+    return policy
+
+
 # ----------------------------------------------------------------- decisions
 
 
@@ -91,9 +99,9 @@ def test_below_the_threshold_nothing_happens():
 
 
 def test_unloads_longest_idle_first_until_projected_usage_is_below_rearm():
-    policy = PressurePolicy()
     r1 = report(10, model("a", idle_s=3600, gib=3), model("c", idle_s=600, gib=2))
     r2 = report(20, model("b", idle_s=1200, gib=5))
+    policy = watched(PressurePolicy(), r1, r2)
     # 92 GiB used of 100: below 85 GiB takes more than 7 GiB: a (3) + b (5); c stays
     decisions = policy.evaluate(snap(gpu(fraction=0.92), r1, r2))
     assert len(decisions) == 1
@@ -109,15 +117,15 @@ def test_unloads_longest_idle_first_until_projected_usage_is_below_rearm():
 
 
 def test_exactly_at_the_goal_is_not_below_it():
-    policy = PressurePolicy()
     r = report(10, model("a", idle_s=900, gib=5), model("b", idle_s=800, gib=1))
+    policy = watched(PressurePolicy(), r)
     d = policy.evaluate(snap(gpu(fraction=0.90), r))[0]  # 90 - 5 = 85: not < 85
     assert [a.model for a in d.actions] == ["a", "b"]
 
 
 def test_hysteresis_once_per_crossing_and_rearm_below_85():
-    policy = PressurePolicy(PressurePolicyConfig(min_interval_s=0))
     r = report(10, model("a", gib=1), model("b", gib=1), model("c", gib=1))
+    policy = watched(PressurePolicy(PressurePolicyConfig(min_interval_s=0)), r)
     assert len(policy.decide(snap(gpu(fraction=0.91), r, mono=1))) >= 1
     assert policy.evaluate(snap(gpu(fraction=0.95), r, mono=2)) == []  # still above: once
     assert policy.evaluate(snap(gpu(fraction=0.87), r, mono=3)) == []  # between: not re-armed
@@ -129,8 +137,8 @@ def test_hysteresis_once_per_crossing_and_rearm_below_85():
 
 
 def test_minimum_interval_defers_once_then_acts():
-    policy = PressurePolicy(PressurePolicyConfig(min_interval_s=30))
     r = report(10, model("a", gib=10), model("b", gib=10))
+    policy = watched(PressurePolicy(PressurePolicyConfig(min_interval_s=30)), r)
     assert policy.evaluate(snap(gpu(fraction=0.95), r, mono=100))[0].kind == UNLOAD
     policy.evaluate(snap(gpu(fraction=0.50), r, mono=105))  # re-armed
     deferred = policy.evaluate(snap(gpu(fraction=0.93), r, mono=110))
@@ -142,8 +150,8 @@ def test_minimum_interval_defers_once_then_acts():
 
 
 def test_min_idle_and_nothing_eligible_is_logged_once_per_crossing():
-    policy = PressurePolicy()
     r = report(10, model("a", idle_s=299))
+    policy = watched(PressurePolicy(), r)
     d = policy.evaluate(snap(gpu(fraction=0.95), r))
     assert [x.kind for x in d] == [NOTHING_ELIGIBLE] and d[0].actions == ()
     assert "idle 299 s (< 300 s)" in d[0].reason
@@ -152,6 +160,30 @@ def test_min_idle_and_nothing_eligible_is_logged_once_per_crossing():
     policy.evaluate(snap(gpu(fraction=0.10), r))
     r_idle = report(10, model("a", idle_s=300))
     assert policy.decide(snap(gpu(fraction=0.95), r_idle))[0].model == "a"
+
+
+def test_a_model_idle_for_hours_is_not_unloaded_before_the_app_has_seen_it_that_long():
+    policy = PressurePolicy(PressurePolicyConfig(min_interval_s=0))
+    r = report(10, model("a", idle_s=3 * 3600))
+    # Found in the first snapshot: its agent's idle clock alone does not do.
+    d = policy.evaluate(snap(gpu(fraction=0.95), r, mono=1000.0))
+    assert [x.kind for x in d] == [NOTHING_ELIGIBLE]
+    assert d[0].skipped == ((10, "a", "name-a",
+                             "found 0 s ago (< 300 s; idle 3 h 00 min by its agent)"),)
+    policy.evaluate(snap(gpu(fraction=0.5), r, mono=1200.0))  # re-armed
+    assert policy.evaluate(snap(gpu(fraction=0.95), r, mono=1299.0))[0].kind == NOTHING_ELIGIBLE
+    policy.evaluate(snap(gpu(fraction=0.5), r, mono=1299.5))
+    # Seen 5 min: it may go.
+    assert [a.model for a in policy.decide(snap(gpu(fraction=0.95), r, mono=1300.0))] == ["a"]
+    # A process that appears later (another pid) has its own 5 min.
+    policy.evaluate(snap(gpu(fraction=0.5), r, mono=1301.0))
+    late = report(11, model("b", idle_s=3 * 3600))
+    policy.evaluate(snap(gpu(fraction=0.5), late, mono=1302.0))
+    d = policy.evaluate(snap(gpu(fraction=0.95), late, mono=1400.0))[0]
+    assert d.kind == NOTHING_ELIGIBLE and "found 98 s ago" in d.reason
+    # Without a minimum idle time there is nothing to wait for.
+    quick = PressurePolicy(PressurePolicyConfig(min_idle_s=0))
+    assert quick.decide(snap(gpu(fraction=0.95), r, mono=5.0))[0].model == "a"
 
 
 def test_no_agents_on_the_gpu_is_nothing_eligible():
@@ -173,9 +205,8 @@ def test_no_agents_on_the_gpu_is_nothing_eligible():
     ({"state": "reloading"}, "reloading"),
 ])
 def test_exempt_models(kw, why):
-    policy = PressurePolicy()
     r = report(10, model("x", **kw), model("ok", idle_s=400, gib=1))
-    d = policy.evaluate(snap(gpu(fraction=0.95), r))[0]
+    d = watched(PressurePolicy(), r).evaluate(snap(gpu(fraction=0.95), r))[0]
     assert [a.model for a in d.actions] == ["ok"]
     assert (10, "x", "name-x", why) in d.skipped
 
@@ -183,7 +214,7 @@ def test_exempt_models(kw, why):
 def test_an_idle_eval_model_that_requires_grad_is_chosen():
     # every from_pretrained model requires grad in eval mode: that blocks nothing
     r = report(10, model("hf", idle_s=300, requires_grad=True, training=False))
-    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), r))[0]
+    d = watched(PressurePolicy(), r).evaluate(snap(gpu(fraction=0.95), r))[0]
     assert d.kind == UNLOAD and [a.model for a in d.actions] == ["hf"]
     assert d.actions[0].idle_s == 300
 
@@ -192,7 +223,8 @@ def test_a_model_never_seen_in_a_forward_is_idle_since_first_seen():
     # no forward yet: the agent's idle clock runs from when it first saw the model
     never = model("new", last_used=None, idle_since=NOW - 900, first_seen=NOW - 900)
     fresh = model("fresh", last_used=None, idle_since=NOW - 60, first_seen=NOW - 60)
-    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, never, fresh)))[0]
+    r = report(10, never, fresh)
+    d = watched(PressurePolicy(), r).evaluate(snap(gpu(fraction=0.95), r))[0]
     assert [(a.model, a.idle_s) for a in d.actions] == [("new", 900)]
     assert (10, "fresh", "name-fresh", "idle 60 s (< 300 s)") in d.skipped
 
@@ -202,7 +234,8 @@ def test_the_agents_training_evidence_blocks_and_mode_alone_does_not():
     trained = model("t", training=False, training_evidence="backward 2 min ago",
                     auto_unload_blocker="backward 2 min ago")
     eval_flag_only = model("e", training=True, gib=2)  # the agent names no blocker
-    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, trained, eval_flag_only)))[0]
+    r = report(10, trained, eval_flag_only)
+    d = watched(PressurePolicy(), r).evaluate(snap(gpu(fraction=0.95), r))[0]
     assert [a.model for a in d.actions] == ["e"]
     assert (10, "t", "name-t", "backward 2 min ago") in d.skipped
 
@@ -211,7 +244,8 @@ def test_idle_order_uses_the_idle_clock_not_the_last_forward():
     # "a" ran a forward long ago but its idle clock says 400 s (the agent knows better)
     a = model("a", idle_s=400, last_used=NOW - 9000, gib=4)
     b = model("b", idle_s=3000, last_used=None, gib=4)
-    d = PressurePolicy().evaluate(snap(gpu(fraction=0.92), report(10, a, b)))[0]
+    r = report(10, a, b)
+    d = watched(PressurePolicy(), r).evaluate(snap(gpu(fraction=0.92), r))[0]
     assert [(x.model, x.idle_s) for x in d.actions] == [("b", 3000), ("a", 400)]
 
 
@@ -222,7 +256,8 @@ def test_an_older_agent_falls_back_to_its_last_forward():
     assert old.placeholder_bytes is None  # unknown, not 0
     unused = older_agent_model("unused", last_used=None)
     assert unused.idle_since is None
-    d = PressurePolicy().evaluate(snap(gpu(fraction=0.95), report(10, old, unused)))[0]
+    r = report(10, old, unused)
+    d = watched(PressurePolicy(), r).evaluate(snap(gpu(fraction=0.95), r))[0]
     assert [(a.model, a.idle_s) for a in d.actions] == [("old", 600)]
     assert (10, "unused", "name-unused", "idle time unknown") in d.skipped
     # an older agent's own blockers still hold: it would refuse the unload
@@ -248,9 +283,9 @@ def test_only_models_on_that_gpu_matched_by_uuid():
     both = report(20, model("on0", gib=4), model("on1b", gib=4, device="cuda:1"),
                   devices=((0, UUID0[4:]), (1, UUID1[4:])))
     g0, g1 = gpu(0, 0.95, UUID0), gpu(1, 0.95, UUID1)
-    d0 = PressurePolicy().evaluate(snap(g0, moved, both))[0]
+    d0 = watched(PressurePolicy(), moved, both).evaluate(snap(g0, moved, both))[0]
     assert [(a.pid, a.model, a.device) for a in d0.actions] == [(20, "on0", "cuda:0")]
-    d1 = PressurePolicy().evaluate(snap(g1, moved, both))[0]
+    d1 = watched(PressurePolicy(), moved, both).evaluate(snap(g1, moved, both))[0]
     assert {(a.pid, a.model, a.device) for a in d1.actions} == {
         (10, "on1", "cuda:0"), (20, "on1b", "cuda:1")}
     assert all(a.gpu == 1 for a in d1.actions)
@@ -258,13 +293,13 @@ def test_only_models_on_that_gpu_matched_by_uuid():
 
 def test_without_uuids_devices_match_by_index():
     r = report(10, model("a", gib=10), devices=((0, None),))
-    d = PressurePolicy().evaluate(snap(gpu(0, 0.95, uuid=None), r))[0]
+    d = watched(PressurePolicy(), r).evaluate(snap(gpu(0, 0.95, uuid=None), r))[0]
     assert [a.model for a in d.actions] == ["a"]
 
 
 def test_disabled_does_nothing_and_re_enabling_starts_armed():
-    policy = PressurePolicy(PressurePolicyConfig(enabled=False))
     r = report(10, model("a", gib=10))
+    policy = watched(PressurePolicy(PressurePolicyConfig(enabled=False)), r)
     assert policy.evaluate(snap(gpu(fraction=0.99), r)) == []
     policy.set_config(PressurePolicyConfig())
     assert [a.model for a in policy.decide(snap(gpu(fraction=0.99), r))] == ["a"]
@@ -318,8 +353,8 @@ class Directory(AgentDirectory):
 def test_runner_unloads_off_the_callers_thread_and_records_the_results():
     gate = threading.Event()
     directory = Directory(refuse={"b"}, gate=gate)
-    runner = PolicyRunner(directory)
     r = report(10, model("a", idle_s=900, gib=4), model("b", idle_s=800, gib=4))
+    runner = watched(PolicyRunner(directory), r)
     decisions = runner.observe(snap(gpu(fraction=0.92), r))  # returns at once: the gate is shut
     assert [d.kind for d in decisions] == [UNLOAD] and not decisions[0].done
     logged, cursor = runner.decisions_since(0)
@@ -342,8 +377,9 @@ def test_runner_unloads_off_the_callers_thread_and_records_the_results():
 
 def test_runner_switches_and_uses_its_target():
     directory = Directory()
-    runner = PolicyRunner(directory, PressurePolicyConfig(target="disk"), synchronous=True)
     r = report(10, model("a", gib=10))
+    runner = watched(PolicyRunner(directory, PressurePolicyConfig(target="disk"),
+                                  synchronous=True), r)
     runner.set_enabled(False)
     assert runner.observe(snap(gpu(fraction=0.99), r)) == [] and not runner.enabled
     runner.set_enabled(True)
@@ -357,8 +393,9 @@ def test_a_directory_that_raises_is_recorded_not_fatal():
         def unload(self, *a, **kw):
             raise RuntimeError("boom")
 
-    runner = PolicyRunner(Broken(), synchronous=True)
-    runner.observe(snap(gpu(fraction=0.99), report(10, model("a", gib=10))))
+    r = report(10, model("a", gib=10))
+    runner = watched(PolicyRunner(Broken(), synchronous=True), r)
+    runner.observe(snap(gpu(fraction=0.99), r))
     d = runner.decisions()[0]
     assert d.done and d.results[0].code == "internal" and "boom" in d.results[0].error
 
@@ -404,15 +441,25 @@ def nb_pid(agents):
 
 def test_demo_gpu0_crossing_unloads_the_notebooks_idle_pipeline_longest_idle_first():
     clock, src, agents, runner, collector = demo_run()
+    start = clock.now
     before = None
-    for _ in range(4 * 60):  # the training saw-tooth takes GPU 0 past 90 % at ~33 s
+    # The training saw-tooth takes GPU 0 past 90 % every 45 s from ~32 s on.
+    for _ in range(4 * 360):
         snapshot = collector.collect()
-        decided = [d for d in runner.decisions() if d.gpu == 0]
+        decided = [d for d in runner.decisions() if d.gpu == 0 and d.kind == UNLOAD]
         if decided:
             break
         before = snapshot
         clock.now += 0.25
     assert decided, "GPU 0 never crossed 90 %"
+    # The pipeline has been idle for hours by its agent's clock, but the app found it
+    # only now: it waits the minimum idle time (5 min) before unloading it.
+    assert clock.now - start >= 300
+    earlier = [d for d in runner.decisions() if d.gpu == 0 and d.seq < decided[0].seq]
+    assert earlier and all(d.kind == NOTHING_ELIGIBLE for d in earlier)
+    assert "pipe.text_encoder (" in earlier[0].reason and " s ago (< 300 s; idle 2 h 17 min " \
+        "by its agent)" in earlier[0].reason
+    assert not agents.events_since(0)[0][:-2]  # nothing unloaded before
     g0_before = before.gpus[0]
     assert g0_before.memory_used / g0_before.memory_total < 0.90
     d = decided[0]
@@ -450,7 +497,7 @@ def test_demo_gpu0_crossing_unloads_the_notebooks_idle_pipeline_longest_idle_fir
     for _ in range(4 * 100):
         collector.collect()
         clock.now += 0.25
-    assert [x.kind for x in runner.decisions() if x.gpu == 0] == [UNLOAD]
+    assert [x.kind for x in runner.decisions() if x.gpu == 0 and x.seq >= d.seq] == [UNLOAD]
     collector.close()
 
 
@@ -468,6 +515,7 @@ def test_demo_notebook_comes_back_reloads_and_is_unloaded_again_once_idle():
     kinds = [x.kind for x in runner.decisions() if x.gpu == 0]
     # after the reload the cache regrows: GPU 0 crosses again; the pipeline is fresh
     # (used < 5 min ago) until 25 min, then it goes again
+    kinds = kinds[kinds.index(UNLOAD):]  # (nothing eligible in its first 5 min)
     assert kinds[0] == UNLOAD and NOTHING_ELIGIBLE in kinds and kinds[-1] == UNLOAD
     assert events[-2:] == [("pipe.text_encoder", "unload", "pressure"),
                            ("pipe.unet", "unload", "pressure")]

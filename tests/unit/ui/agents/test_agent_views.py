@@ -158,7 +158,7 @@ def test_table_marks_agent_processes_and_shows_their_cache(window):
     assert cell(window, 10, COL_AGENT, Qt.ItemDataRole.DecorationRole) is not None
     assert "torch 2.5.1" in cell(window, 10, COL_AGENT, Qt.ItemDataRole.ToolTipRole)
     assert cell(window, 10, COL_CACHE) == "2.0 GiB"
-    assert "reserved 6.00 GiB" in cell(window, 10, COL_CACHE, Qt.ItemDataRole.ToolTipRole)
+    assert "reserved 6.0 GiB" in cell(window, 10, COL_CACHE, Qt.ItemDataRole.ToolTipRole)
     assert cell(window, 11, COL_CACHE) == "1.5 GiB"
     # No agent: marker blank, cache unknown (n/a, never 0).
     assert cell(window, 12, COL_AGENT) == ""
@@ -196,11 +196,11 @@ def test_breakdown_is_shown_for_the_right_process_on_the_right_gpu(window):
     assert row.figures.text() == "10.0 GiB · cache 3.0 GiB"
     tip = row.bar.toolTip()
     assert "GPU 1" in tip
-    assert "NVML used: 10.00 GiB" in tip
-    assert "Context & non-PyTorch: 2.00 GiB" in tip
-    assert "Cache: 3.00 GiB" in tip
-    assert "Live tensors: 5.00 GiB" in tip
-    assert "model parameters: 3.00 GiB" in tip
+    assert "NVML used: 10.0 GiB" in tip
+    assert "Context & non-PyTorch: 2.0 GiB" in tip
+    assert "Cache: 3.0 GiB" in tip
+    assert "Live tensors: 5.0 GiB" in tip
+    assert "model parameters: 3.0 GiB" in tip
 
 
 def test_free_all_button_states_the_sum_beforehand(window):
@@ -277,6 +277,9 @@ def test_free_all_caches_frees_each_agent_process_and_measures_the_gpu(window, q
     assert sorted(fake.calls) == [("free", 10), ("free", 11)]  # pid 12 has no agent
     assert threading.get_ident() not in fake.threads
     after = [gpu(0, proc(10, 6 * GiB), proc(11, int(2.5 * GiB)), proc(12, GiB))]
+    # Not the first snapshot after the answers: it may have been sampled while they ran.
+    window.on_snapshot(snap(gpus, agents, t=10.5))
+    assert not window.last_action.measured
     window.on_snapshot(snap(after, agents, t=11.0))
     action = window.last_action
     assert action.measured
@@ -372,10 +375,10 @@ def test_detail_view_header_breakdown_and_models(window):
     assert unet[MCOL_PARAMS] == "860 M"
     assert unet[MCOL_SIZE] == "1.6 GiB"
     assert unet[MCOL_DEVICE] == "cuda:0" and unet[MCOL_DTYPE] == "float16"
-    assert unet[MCOL_MODE] == "eval" and unet[MCOL_LAST] == "idle 3 min"
+    assert unet[MCOL_MODE] == "eval" and unet[MCOL_LAST] == "idle 3 min 00 s"
     resnet = rows["model"]
     assert resnet[MCOL_PARAMS] == "25.6 M"
-    assert resnet[MCOL_SIZE] == "97.7 MiB"  # parameters + buffers
+    assert resnet[MCOL_SIZE] == "98 MiB"  # parameters + buffers
     assert resnet[MCOL_MODE] == "train" and resnet[MCOL_LAST] == "n/a"  # unknown, not 0
     assert view.models_title.text() == "Models (2)"
 

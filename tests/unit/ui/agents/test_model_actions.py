@@ -25,6 +25,7 @@ from app.ui.agents.model_list import (
     MCOL_STATE,
 )
 from app.ui.settings.values import AutoUnloadSettings
+from tests.unit.core.policies.test_pressure import watched
 from tests.unit.ui.agents.test_agent_views import NOW, device, gpu, proc, report, snap, with_runner
 from tests.unit.ui.agents.test_agent_views import FakeDirectory as _FreeCacheFake
 from tests.unit.ui.conftest import Ticks
@@ -140,7 +141,7 @@ def test_model_list_shows_states_and_figures(window):
     # Offloaded: the home device, with where the weights are now in the tooltip.
     assert text(rows, "pipe.vae", MCOL_DEVICE) == "cuda:0"
     assert "now on cpu" in rows["pipe.vae"][MCOL_DEVICE].data(Qt.ItemDataRole.ToolTipRole)
-    assert text(rows, "pipe.unet", MCOL_IDLE) == "idle 12 min"
+    assert text(rows, "pipe.unet", MCOL_IDLE) == "idle 12 min 00 s"
     assert text(rows, "pipe.text_encoder", MCOL_IDLE) == "idle 2 h 17 min"
     assert text(rows, "model", MCOL_IDLE) == "in use"
     assert text(rows, "pipe.text_encoder", MCOL_PINNED) == "pinned"
@@ -206,7 +207,7 @@ def test_detail_view_shows_training_evidence_placeholders_and_unknown_idle(windo
     assert view.unload_cpu_button.isEnabled()  # training evidence: a manual unload is asked
     select(view, "m2")
     assert view.model_result.text() == "3.0 GiB of meta placeholders (weights held elsewhere)"
-    assert "3.00 GiB of meta placeholders" in rows["offloaded-hf"][MCOL_SIZE].data(
+    assert "3.0 GiB of meta placeholders" in rows["offloaded-hf"][MCOL_SIZE].data(
         Qt.ItemDataRole.ToolTipRole)
     # compiled: the agent cannot see its use: "n/a", whatever its old last forward says
     assert text(rows, "compiled", MCOL_IDLE) == "n/a"
@@ -231,12 +232,12 @@ def test_idle_texts_use_the_agents_idle_clock():
 
     assert fmt_idle(None) == "n/a"
     assert fmt_idle(3) == "in use" and fmt_idle(3, forward_seen=False) == "idle 3 s"
-    assert fmt_idle(12 * 60) == "idle 12 min" and fmt_idle(2 * 3600 + 17 * 60) == "idle 2 h 17 min"
+    assert fmt_idle(12 * 60) == "idle 12 min 00 s" and fmt_idle(2 * 3600 + 17 * 60) == "idle 2 h 17 min"
     used = mi("a", "a", idle=720)
-    assert idle_seconds(used, NOW) == 720 and idle_text(used, NOW) == "idle 12 min"
+    assert idle_seconds(used, NOW) == 720 and idle_text(used, NOW) == "idle 12 min 00 s"
     # idle_since wins over last_used; no forward yet counts from first seen
     never = mi("b", "b", last_used=None, idle_since=NOW - 900)
-    assert idle_text(never, NOW) == "idle 15 min"
+    assert idle_text(never, NOW) == "idle 15 min 00 s"
     assert idle_text(mi("c", "c", idle_since=None, last_used=NOW - 5), NOW) == "n/a"
 
 
@@ -327,17 +328,27 @@ def test_unload_to_cpu_runs_off_the_gui_thread_with_progress_then_the_result(win
     result = view.model_result.text()
     assert "unloaded pipe.unet to CPU: moved 1.6 GiB, allocator released 1.6 GiB" in result
     assert "measuring with NVML" in result and "0.4 s" in result
-    # NVML drops: measured once the driver settled.
-    time.sleep(0.25)
+    # NVML drops: measured once the driver settled, never with the first snapshot after
+    # the answer (it may have been sampled while the unload ran).
     offloaded = [mi("m-unet", "pipe.unet", state="offloaded", to="cpu", idle=1)]
+    tick(snap([gpu(0, proc(20, 5 * GiB))], {20: notebook(offloaded)}, t=11.5))
+    assert "measuring with NVML" in view.model_result.text()
+    # The reply's event is in the Activity log, in the detail view's words.
+    logged = window.activity.entries[0]
+    assert logged.event == "Unloaded → CPU" and logged.released == UNET
+    assert logged.detail == f"job20.py (20) on GPU 0: {view.model_result.text()}"
+    time.sleep(0.25)
     tick(snap([gpu(0, proc(20, int(3.5 * GiB)))], {20: notebook(offloaded)},
                             t=12.0))
     result = view.model_result.text()
     assert "NVML shows 1.5 GiB released" in result and "0.4 s" in result
     assert "NVML shows 1.5 GiB released" in window.action_label.text()
+    # Measured: the log's row says what the detail view says, word for word.
+    assert window.activity.entries[0].detail == f"job20.py (20) on GPU 0: {result}"
+    assert window.activity.rows()[0][7] == f"job20.py (20) on GPU 0: {result}"
     assert text(model_rows(view), "pipe.unet", MCOL_STATE) == "Offloaded to CPU"
     assert view.reload_button.isEnabled()
-    # The reply's event is logged (and not again when the report repeats it).
+    # The reply's event is logged once (not again when the report repeats it).
     assert window.activity.rows()[0][3] == "Unloaded → CPU"
     assert tick.feed.seen(20, 101)
     tick(snap([gpu(0, proc(20, int(3.5 * GiB)))],
@@ -525,7 +536,7 @@ def test_settings_follow_a_new_runner(window):
 def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(window, qtbot):
     fake = ModelFake(block=True)
     with_runner(window, fake)
-    runner = PolicyRunner(fake)
+    runner = watched(PolicyRunner(fake), notebook())
     window.set_policy(runner)
     tick = Ticks(window, fake, runner)
     full = notebook_snap(mem=22 * GiB)  # 92 % of 24 GiB
@@ -548,12 +559,16 @@ def test_policy_decisions_are_shown_and_their_unloads_run_off_the_gui_thread(win
     assert runner.wait_idle(3)
     tick(notebook_snap(t=11.0, mem=int(20.4 * GiB)))
     assert window.action_label.text() == (
-        "Auto-unload: GPU 0: unloaded 1 of 1 (pipe.unet (1.6 GiB)), released 1.6 GiB")
+        "Auto-unload: GPU 0: unloaded 1 of 1 (pipe.unet (1.6 GiB)), allocator released 1.6 GiB")
     assert text(model_rows(view), "pipe.unet", MCOL_STATE) == "Resident"  # as reported
+    # The detail view tells of the policy's unload in the words of the Activity log (no
+    # NVML figure: the controller did not run it, nobody measures it).
+    assert view.model_result.text() == (
+        "unloaded pipe.unet to CPU: moved 1.6 GiB, allocator released 1.6 GiB, 0.4 s")
 
 
 def test_a_new_controller_keeps_the_policy_and_a_new_runner_drops_old_pending_unloads(window):
-    runner = PolicyRunner(ModelFake(block=True))
+    runner = watched(PolicyRunner(ModelFake(block=True)), notebook())
     window.set_policy(runner)
     with_runner(window, ModelFake(block=True))  # a new controller after the policy
     assert window.controller.core.policy_runner() is runner
@@ -636,8 +651,11 @@ def test_demo_pressure_policy_end_to_end(window, qtbot):
 
     feed = DemoFeed()
     agents = DemoAgents(feed.source)
-    feed.collector = Collector(feed.source, agents=agents)
+    # The policy on the demo's clock; it waits a minute after finding a model.
+    runner = PolicyRunner(agents, clock=lambda: feed.t[0])
+    feed.collector = Collector(feed.source, agents=agents, pressure_policy=runner)
     with_runner(window, agents)
+    window.set_auto_unload(AutoUnloadSettings(min_idle_s=60.0))
     window.set_policy(lambda: feed.collector.policy)
     for _ in range(60):
         feed.step(window, 10)
@@ -654,3 +672,9 @@ def test_demo_pressure_policy_end_to_end(window, qtbot):
     events = [r for r in window.activity.rows() if r[3] == "Unloaded → CPU"]
     assert events and all(r[4] == "memory pressure" for r in events)
     assert any(r[3] == "Decided: unload" for r in window.activity.rows())
+    # Each unload is credited with what its own weights freed, never the cache the
+    # notebook held before (that is in its details).
+    assert [r[2] for r in events] == ["pipe.unet", "pipe.text_encoder"]
+    assert [r[5] for r in events] == ["1.6 GiB", "235 MiB"]
+    assert "(2.1 GiB of it cache held before)" in events[1][7]
+    assert feed.t[0] - 1000.0 >= 60.0  # not before the policy had seen the pipeline 1 min

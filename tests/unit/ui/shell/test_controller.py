@@ -29,6 +29,7 @@ def test_signals_arrive_on_the_gui_thread_and_refusals_are_signalled(qtbot):
     assert refused == [(FreeCache.of(10), Refusal.BUSY)]
     fake.gate.set()
     qtbot.waitUntil(lambda: not adapter.busy_pids(), timeout=3000)
+    adapter.on_snapshot(snap(gpus, agents, t=10.5))  # may have been sampled while it ran
     adapter.on_snapshot(snap(gpus, agents, t=11.0))
     assert [n for n, _ in seen] == ["started", "progress", "finished", "measured"]
     assert {t for _, t in seen} == {threading.get_ident()}
