@@ -25,7 +25,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def _agents_table(records: list[dict[str, Any]]) -> str:
-    from app.core.units import NA, fmt_size
+    from app.core.units import NA, fmt_bytes
 
     if not records:
         return "no agents (start a program with `python main.py run -- COMMAND`)"
@@ -45,8 +45,8 @@ def _agents_table(records: list[dict[str, Any]]) -> str:
                     dev = "cpu"
             else:
                 dev = str(d["index"])
-                alloc, res = fmt_size(d["allocated"]), fmt_size(d["reserved"])
-                cache = fmt_size(None if d["reserved"] is None or d["allocated"] is None
+                alloc, res = fmt_bytes(d["allocated"]), fmt_bytes(d["reserved"])
+                cache = fmt_bytes(None if d["reserved"] is None or d["allocated"] is None
                                  else max(0, d["reserved"] - d["allocated"]))
             head = f"{r['pid']:>8}  {torch:<14}" if i == 0 else f"{'':>8}  {'':<14}"
             lines.append(f"{head} {dev:<4} {alloc:>10} {res:>10} {cache:>10} "
@@ -57,7 +57,7 @@ def _agents_table(records: list[dict[str, Any]]) -> str:
             count = m["params"]
             params = NA if count is None else (
                 f"{count / 1e6:.1f}M params" if count >= 100_000 else f"{count:,} params")
-            size = fmt_size(m["param_bytes"], kib_below_mib=True)
+            size = fmt_bytes(m["param_bytes"])
             cls = (m["class"] or "?").rsplit(".", 1)[-1]
             lines.append(f"{'':>10}- {m['name']} ({cls}){group}: {params}, {size}, "
                          f"{m['device']}, {m['dtype']}, {mode}")
@@ -67,7 +67,7 @@ def _agents_table(records: list[dict[str, Any]]) -> str:
 def cmd_free_cache(args: argparse.Namespace) -> int:
     from app.cli.directory import open_directory
     from app.core.agents.types import AgentEntry, FreeCacheResult
-    from app.core.units import fmt_size
+    from app.core.units import fmt_bytes
 
     directory = open_directory(args)
     entries = directory.entries()
@@ -91,8 +91,8 @@ def cmd_free_cache(args: argparse.Namespace) -> int:
     else:
         for r in results:
             if r.ok:
-                print(f"{r.pid}: freed {fmt_size(r.freed)} (reserved "
-                      f"{fmt_size(r.reserved_before)} -> {fmt_size(r.reserved_after)})")
+                print(f"{r.pid}: freed {fmt_bytes(r.freed)} (reserved "
+                      f"{fmt_bytes(r.reserved_before)} -> {fmt_bytes(r.reserved_after)})")
             else:
                 print(f"{r.pid}: failed: {r.error}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED

@@ -71,24 +71,24 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def _models_table(records: list[dict[str, Any]]) -> str:
-    from app.core.units import NA, fmt_duration, fmt_size
+    from app.core.units import NA, fmt_bytes, fmt_duration
 
     if not records:
         return "no models (start a program with `python main.py run -- COMMAND`)"
     lines = [f"{'PID':>8}  {'ID':<10} {'NAME':<20} {'CLASS':<22} {'MODE':<5} {'STATE':<16} "
-             f"{'DEVICE':<7} {'HOME':<7} {'PARAMS':>8} {'SIZE':>10} {'IDLE':>7} PIN  BLOCKER"]
+             f"{'DEVICE':<7} {'HOME':<7} {'PARAMS':>8} {'SIZE':>10} {'IDLE':>11} PIN  BLOCKER"]
     for r in records:
         count = r["params"]
         params = NA if count is None else (
             f"{count / 1e6:.1f}M" if count >= 100_000 else f"{count:,}")
-        size = fmt_size(r["bytes"], kib_below_mib=True)
+        size = fmt_bytes(r["bytes"])
         state = r["state"] + (f" ({r['offloaded_to']})" if r["offloaded_to"] else "")
         mode = {True: "train", False: "eval"}.get(r["training"], "?")
         cls = (r["class"] or "?").rsplit(".", 1)[-1]
         lines.append(f"{r['pid']:>8}  {r['id'][:10]:<10} {r['name'][:20]:<20} {cls[:22]:<22} "
                      f"{mode:<5} {state:<16} {str(r['device'])[:7]:<7} "
                      f"{str(r['home_device'])[:7]:<7} {params:>8} {size:>10} "
-                     f"{fmt_duration(r['idle_s'], sep=''):>7} "
+                     f"{fmt_duration(r['idle_s']):>11} "
                      f"{'yes' if r['pinned'] else '-':<4} {r['blocker'] or '-'}")
     return "\n".join(lines)
 
@@ -121,7 +121,7 @@ def _action_exit(ok: bool, code: str | None) -> int:
 
 
 def _print_action(result: ModelActionResult, verb: str) -> None:
-    from app.core.units import fmt_size
+    from app.core.units import fmt_bytes
 
     ev = result.event
     who = f"{result.pid} {ev.name if ev else result.model}"
@@ -134,11 +134,11 @@ def _print_action(result: ModelActionResult, verb: str) -> None:
         print(f"{who}: {verb} done")
         return
     where = {"unload": f"offloaded to {ev.target}", "reload": f"resident again (from {ev.target})"}
-    text = f"{who}: {where.get(ev.action, ev.state)}: moved {fmt_size(ev.bytes_moved)}"
+    text = f"{who}: {where.get(ev.action, ev.state)}: moved {fmt_bytes(ev.bytes_moved)}"
     if ev.seconds is not None:
         text += f" in {ev.seconds:.2f} s"
     if ev.bytes_released is not None:
-        text += f", released {fmt_size(ev.bytes_released)}"
+        text += f", released {fmt_bytes(ev.bytes_released)}"
     print(text)
 
 

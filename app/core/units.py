@@ -28,45 +28,27 @@ def is_unknown(value: object) -> bool:
 # ------------------------------------------------------------------- bytes
 
 
-def fmt_bytes(value: float | None, digits: int = 1) -> str:
-    """``12.3 GiB``, ``512 MiB``, ``0 B``; ``n/a`` for None/NaN.
-
-    Whole-unit values under 1 GiB drop the decimals ("512 MiB"), because
-    drivers report memory in whole MiB and "512.0 MiB" is noise.
+def fmt_bytes(value: float | None) -> str:
+    """The one byte format: ``12.3 GiB`` from 1 GiB up (one decimal), whole
+    ``698 MiB`` from 1 MiB, ``0.5 KiB`` below (one decimal), ``0 B``; ``n/a``
+    for None/NaN.  Drivers report memory in whole MiB, so a decimal under 1 GiB
+    is noise; above, one decimal tells 23.6 from 24.0 GiB.
     """
     if value is None or is_unknown(value):
         return NA
     sign = "-" if value < 0 else ""
     size = abs(float(value))
-    for unit, name in _UNITS:
-        scaled = size / unit
-        if scaled >= 1 or (unit != TiB and round(size / unit * 1024, digits) >= 1024):
-            if round(scaled, digits) < 1:  # 1023.99 MiB: shown in the bigger unit as 1.0
-                scaled = 1.0
-            if unit < GiB and abs(scaled - round(scaled)) < 0.05:
-                return f"{sign}{round(scaled)} {name}"
-            return f"{sign}{scaled:.{digits}f} {name}"
+    if size == 0:
+        return "0 B"
+    if round(size / TiB, 1) >= 1:
+        return f"{sign}{size / TiB:.1f} TiB"
+    if round(size / MiB) >= 1024:  # 1023.6 MiB reads 1.0 GiB, never "1024 MiB"
+        return f"{sign}{size / GiB:.1f} GiB"
+    if round(size / KiB, 1) >= 1024:
+        return f"{sign}{round(size / MiB)} MiB"
+    if size >= KiB:
+        return f"{sign}{size / KiB:.1f} KiB"
     return f"{sign}{int(size)} B"
-
-
-def fmt_gib(value: float | None, digits: int = 1) -> str:
-    """Always in GiB (``17.7 GiB``), for figures that are compared side by side."""
-    if value is None or is_unknown(value):
-        return NA
-    return f"{value / GiB:.{digits}f} GiB"
-
-
-def fmt_size(value: float | None, kib_below_mib: bool = False) -> str:
-    """A terminal table's column: ``1.6 GiB`` from 1 GiB up, else whole ``512 MiB``;
-    ``n/a`` for None/NaN.  ``kib_below_mib``: sizes under 1 MiB in KiB with one
-    decimal (``0.5 KiB``), for model weights that can be tiny."""
-    if value is None or is_unknown(value):
-        return NA
-    if kib_below_mib and value < MiB:
-        return f"{value / KiB:.1f} KiB"
-    if value >= GiB:
-        return f"{value / GiB:.1f} GiB"
-    return f"{value / MiB:.0f} MiB"
 
 
 # ---------------------------------------------------- percentages and counts
@@ -101,54 +83,41 @@ def fmt_count(value: float | None) -> str:
 # --------------------------------------------------------------- durations
 
 
-def fmt_duration(seconds: float | None, sep: str = " ") -> str:
-    """Compact, fixed-width-ish durations: ``42s``, ``4m 05s``, ``3h 02m``, ``2d 07h``
-    (whole seconds, cut not rounded; negative reads 0).  ``sep=""`` packs them for
-    narrow table columns: ``4m05s``."""
+def fmt_duration(seconds: float | None) -> str:
+    """The one duration format: ``42 s``, ``4 min 05 s``, ``3 h 02 min``,
+    ``2 d 07 h`` (whole seconds, cut not rounded; negative reads 0 s)."""
     if seconds is None or is_unknown(seconds):
         return NA
     total = max(0, int(seconds))
     if total < 60:
-        return f"{total}s"
+        return f"{total} s"
     minutes, secs = divmod(total, 60)
     if minutes < 60:
-        return f"{minutes}m{sep}{secs:02d}s"
+        return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     if hours < 24:
-        return f"{hours}h{sep}{minutes:02d}m"
+        return f"{hours} h {minutes:02d} min"
     days, hours = divmod(hours, 24)
-    return f"{days}d{sep}{hours:02d}h"
+    return f"{days} d {hours:02d} h"
 
 
 def fmt_elapsed(seconds: float) -> str:
-    """How long a step took: ``40 ms`` under 0.1 s, else ``0.4 s``."""
-    return f"{seconds * 1000:.0f} ms" if seconds < 0.1 else f"{seconds:.1f} s"
+    """How long a step took: ``40 ms`` under 0.1 s, ``0.4 s`` under 10 s, then
+    :func:`fmt_duration`."""
+    if seconds < 0.1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if seconds < 10 else fmt_duration(seconds)
 
 
 def fmt_ago(seconds: float | None) -> str:
-    """Time before now: ``now``, ``12s ago``, ``4m 05s ago`` (the sign is ignored)."""
-    if seconds is None or is_unknown(seconds):
-        return NA
-    seconds = abs(seconds)
-    if seconds < 0.5:
-        return "now"
-    return f"{fmt_duration(seconds)} ago"
-
-
-def fmt_since(seconds: float | None) -> str:
-    """How long ago something happened: ``just now``, ``42 s ago``, ``3 min ago``,
-    ``2 h ago``, ``3 d ago``; ``never`` for None (it has not happened)."""
+    """Time before now in the duration format: ``now`` under a second, else
+    ``12 s ago``, ``4 min 05 s ago`` (the sign is ignored); ``never`` for None
+    (it has not happened)."""
     if seconds is None:
         return "never"
     if is_unknown(seconds):
         return NA
-    seconds = max(0.0, float(seconds))
-    if seconds < 5:
-        return "just now"
-    if seconds < 60:
-        return f"{int(seconds)} s ago"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)} h ago"
-    return f"{int(seconds // 86400)} d ago"
+    seconds = abs(seconds)
+    if seconds < 1:
+        return "now"
+    return f"{fmt_duration(seconds)} ago"

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from app.core.monitor.samples import Container, GpuSample, ProcessSample, Snapshot
-from app.core.units import NA, fmt_fraction, fmt_percent, fmt_size
+from app.core.units import NA, fmt_bytes, fmt_fraction, fmt_percent
 
 
 def process_to_json(p: ProcessSample) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def snapshot_to_table(s: Snapshot, width: int = 120) -> str:
             lines.append(f"{ident} {g.name} | {g.message or g.state.value}")
             continue
         frac = g.memory_fraction
-        used = f"{fmt_size(g.memory_used)} / {fmt_size(g.memory_total)}"
+        used = f"{fmt_bytes(g.memory_used)} / {fmt_bytes(g.memory_total)}"
         if frac is not None:
             used += f" ({fmt_fraction(frac)})"
         temp = NA if g.temperature is None else f"{g.temperature:.0f}°C"
@@ -96,11 +96,11 @@ def snapshot_to_table(s: Snapshot, width: int = 120) -> str:
             what = p.command or p.host_status.label or p.name or "?"
             if p.container is not None:
                 what = f"[{p.container.label}] {what}"  # before the command, which may be cut
-            row = (f"    {p.pid:>7}  {who:<10.10} {fmt_size(p.gpu_memory):>10}  "
+            row = (f"    {p.pid:>7}  {who:<10.10} {fmt_bytes(p.gpu_memory):>10}  "
                    f"SM {fmt_percent(p.sm_util):>5}  CPU {fmt_percent(p.cpu_percent):>6}  {what}")
             lines.append(row[:width])
         unattributed = g.unattributed_memory
         if unattributed:  # unknown or 0: nothing to say
             # Its size in the processes' memory column ("unattributed" spans pid and user).
-            lines.append(f"    {'unattributed':<19} {fmt_size(unattributed):>10}"[:width])
+            lines.append(f"    {'unattributed':<19} {fmt_bytes(unattributed):>10}"[:width])
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
 from app import APP_NAME
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
-from app.core.units import fmt_gib
+from app.core.units import fmt_bytes
 from app.ui.style import palette as pal
 
 ICON_SIZES = (16, 22, 24, 32, 48, 64)
@@ -55,8 +55,7 @@ def gpu_line(gpu: GpuSample) -> str:
         return f"{head} · memory n/a"
     frac = gpu.memory_fraction
     pct = f" ({frac * 100:.0f} %)" if frac is not None else ""
-    used = fmt_gib(gpu.memory_used).removesuffix(" GiB")
-    return f"{head} · {used} / {fmt_gib(gpu.memory_total)}{pct}"
+    return f"{head} · {fmt_bytes(gpu.memory_used)} / {fmt_bytes(gpu.memory_total)}{pct}"
 
 
 def render_ring(state: TrayState, size: int) -> QImage:

@@ -7,7 +7,7 @@ figure is formatted by :mod:`app.core.units`.
 
 from __future__ import annotations
 
-from app.core.units import NA, fmt_gib, fmt_percent, is_unknown
+from app.core.units import NA, fmt_bytes, fmt_percent, is_unknown
 
 __all__ = ["fmt_memory_usage", "fmt_temp", "fmt_watts"]
 
@@ -34,4 +34,4 @@ def fmt_memory_usage(used: int | None, total: int | None) -> str:
         return NA
     pct = NA if used is None or is_unknown(used) or not total \
         else fmt_percent(100.0 * used / total)
-    return f"{fmt_gib(used)} / {fmt_gib(total)} ({pct})"
+    return f"{fmt_bytes(used)} / {fmt_bytes(total)} ({pct})"

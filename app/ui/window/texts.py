@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Iterable
 
 from app.core.monitor.samples import DeviceState, Snapshot
-from app.core.units import fmt_gib
+from app.core.units import fmt_bytes
 
 
 def source_text(snapshot: Snapshot) -> str:
@@ -30,7 +30,7 @@ def summary_texts(snapshot: Snapshot) -> tuple[str, str]:
     gpus_text = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
     parts = [gpus_text, f"{nproc} process{'es' if nproc != 1 else ''}"]
     if used and total:
-        parts.append(f"{fmt_gib(sum(used))} of {fmt_gib(sum(total))} in use")
+        parts.append(f"{fmt_bytes(sum(used))} of {fmt_bytes(sum(total))} in use")
     bad = len(gpus) - len(ok)
     if bad:
         parts.append(f"{bad} unavailable")

@@ -56,7 +56,7 @@ def test_fullest_picks_the_highest_known_gpu(demo_feed):
 def test_gpu_line_text(demo_feed):
     gpu = demo_feed.snapshot().gpus[0]
     g = dataclasses.replace(gpu, memory_used=int(21.3 * GiB), memory_total=24 * GiB)
-    assert gpu_line(g) == "GPU 0 · RTX 4090 (demo) · 21.3 / 24.0 GiB (89 %)"
+    assert gpu_line(g) == "GPU 0 · RTX 4090 (demo) · 21.3 GiB / 24.0 GiB (89 %)"
     assert gpu_line(dataclasses.replace(g, memory_used=None)).endswith("memory n/a")
     assert gpu_line(dataclasses.replace(g, state=DeviceState.LOST)).endswith("· lost")
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from app.core import units
-from app.core.units import NA, GiB, fmt_ago, fmt_bytes, fmt_duration, fmt_gib, fmt_percent
+from app.core.units import NA, GiB, fmt_bytes, fmt_duration, fmt_percent
 from app.ui.style import format as ui_format
 from app.ui.style.format import fmt_memory_usage, fmt_temp, fmt_watts
 
@@ -21,8 +21,8 @@ def test_widgets_format_bytes_and_durations_with_the_one_units_module():
     assert not own & set(vars(units))
 
 
-@pytest.mark.parametrize("fn", [fmt_bytes, fmt_gib, fmt_percent, fmt_duration, fmt_temp,
-                                fmt_watts, fmt_ago])
+@pytest.mark.parametrize("fn", [fmt_bytes, fmt_percent, fmt_duration, fmt_temp,
+                                fmt_watts])
 def test_unknown_is_na_never_zero(fn):
     assert fn(None) == NA
     assert fn(math.nan) == NA
@@ -48,4 +48,4 @@ def test_memory_usage_gauge_text():
     assert fmt_memory_usage(int(17.7 * GiB), 24 * GiB) == "17.7 GiB / 24.0 GiB (74 %)"
     assert fmt_memory_usage(None, 24 * GiB) == "n/a / 24.0 GiB (n/a)"
     assert fmt_memory_usage(None, None) == NA
-    assert fmt_memory_usage(3 * GiB, 0) == "3.0 GiB / 0.0 GiB (n/a)"  # no total: no share
+    assert fmt_memory_usage(3 * GiB, 0) == "3.0 GiB / 0 B (n/a)"  # no total: no share
