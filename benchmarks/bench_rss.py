@@ -2,10 +2,13 @@
 
 Builds the real main window, fills the real history, draws a few frames and
 reports the process RSS (psutil).  Also prints the history's stated bound.
-Target: <= 150 MB.
+Target: <= 150 MB.  ``--json`` prints one JSON object instead.
 """
 
 from __future__ import annotations
+
+import argparse
+import json
 
 import psutil
 
@@ -13,6 +16,9 @@ from benchmarks._scenario import PERIOD_S, filled_history
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
     from PySide6.QtWidgets import QApplication
 
     from app.ui.window.main_window import MainWindow
@@ -33,6 +39,11 @@ def main() -> None:
         window.grab()
         app.processEvents()
     rss_mb = proc.memory_info().rss / 1e6
+    if args.json:
+        print(json.dumps({"rss_mb": round(rss_mb, 1), "base_rss_mb": round(base_mb, 1),
+                          "history_bound_mib": round(history.bound_bytes() / 2**20, 1),
+                          "arrangement": window.gpu_area.arrangement}))
+        return
     print("GUI RSS, 8 GPUs x 64 processes x 1 h at 4 Hz:")
     print(f"  {rss_mb:.0f} MB resident (Qt + libraries before history: {base_mb:.0f} MB); "
           f"history bound for {len(history.gpus)} GPUs: {history.bound_bytes() / 2**20:.0f} MiB "

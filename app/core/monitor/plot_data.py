@@ -68,11 +68,12 @@ class PlotInputs:
     memory_total: int | None = None  # bytes (capacity line, y range)
     unattributed: int | None = None  # bytes now, None = unknown
     highlighted: Hashable | None = None  # process key the user selected
+    memory_used: int | None = None  # bytes now (the legend's device total), None = unknown
 
     @classmethod
     def from_gpu(cls, gpu: GpuSample, highlighted: Hashable | None = None) -> PlotInputs:
         return cls({p.key: p.gpu_memory for p in gpu.processes}, gpu.memory_total,
-                   gpu.unattributed_memory, highlighted)
+                   gpu.unattributed_memory, highlighted, gpu.memory_used)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -114,6 +115,7 @@ class Readout:
     processes: tuple[tuple[str, float], ...]  # (label, bytes), largest first, known only
     unattributed: float | None  # bytes, None = unknown
     has_unattributed: bool  # whether the unattributed series is drawn at all
+    util: float | None = None  # SM utilisation, percent; None = unknown
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -133,6 +135,12 @@ class PlotData:
     labels: Mapping[ProcessKey, str] = field(repr=False, default_factory=dict)
     width_px: int = DEFAULT_WIDTH_PX
     available_count: int | None = None  # processes with history in span
+    util: np.ndarray | None = None  # SM utilisation, percent at each x (NaN = unknown)
+    #: Where the history begins inside the span (x, seconds <= 0); None when it
+    #: covers the whole span.
+    history_start: float | None = None
+    #: Stretches with no samples (the source was down, the machine asleep): (x0, x1).
+    gaps: tuple[tuple[float, float], ...] = ()
 
     @property
     def top_keys(self) -> list[Hashable]:
@@ -148,8 +156,9 @@ class PlotData:
 
     def with_highlight(self, key: Hashable | None) -> PlotData:
         """The same history shaped again with ``key`` highlighted (None: none)."""
-        return shape(self.view, replace(self.inputs, highlighted=key), self.width_px,
-                     self.labels, self.available_count)
+        return replace(shape(self.view, replace(self.inputs, highlighted=key), self.width_px,
+                             self.labels, self.available_count),
+                       history_start=self.history_start)
 
     def readout_at(self, x: float) -> Readout | None:
         """The undecimated figures at the sample nearest to ``x``; None without data."""
@@ -166,8 +175,9 @@ class PlotData:
                       for key, v in vals if v is not None)
         rest = _unattributed_series(view)
         shown = self.unattributed is not None and rest is not None and i < rest.size
+        util = _nan_none(view.util[i]) if view.util.shape == view.t.shape else None
         return Readout(float(view.t[i]), _nan_none(view.used[i]), procs,
-                       _nan_none(rest[i]) if shown and rest is not None else None, shown)
+                       _nan_none(rest[i]) if shown and rest is not None else None, shown, util)
 
 
 # -- ranking -------------------------------------------------------------------------------
@@ -219,15 +229,32 @@ def build_plot_data(history: History, display_id: str, span_s: float, width_px: 
     keys = wanted_keys(history, display_id, span_s, inputs, available)
     view = history.view(display_id, span_s, keys)
     labels = {k: history.label(display_id, k) for k in view.processes}
-    return shape(view, inputs, width_px, labels, len(available))
+    return shape(view, inputs, width_px, labels, len(available), span_s)
+
+
+def device_series(history: History, display_id: str, span_s: float, buckets: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """One GPU's device total (bytes) over the span, peak-decimated to ``buckets``
+    pairs, with gaps broken: the overview tile's mini history.  No process row
+    is copied."""
+    view = history.view(display_id, span_s, ())
+    if view.t.size == 0:
+        return np.empty(0), np.empty(0)
+    x, ys = peak_decimate(view.t, view.used[np.newaxis, :], max(8, buckets))
+    gaps = find_gaps(view.t)
+    if gaps:
+        x, ys = break_at_gaps(x, ys, gaps)
+    return x, ys[0]
 
 
 def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX,
-          labels: Labels | None = None, available_count: int | None = None) -> PlotData:
+          labels: Labels | None = None, available_count: int | None = None,
+          span_s: float | None = None) -> PlotData:
     """Shape ``view`` (its processes: the ones to draw) for a plot ``width_px`` wide.
 
     ``available_count``: processes with history in the span, so "other" counts
-    those that were not copied into the view.
+    those that were not copied into the view; ``span_s``: the span shown, so a
+    history that begins inside it is marked.
     """
     names = {k: _call_labels(labels, k) for k in view.processes}
     t = view.t
@@ -261,6 +288,9 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
         sources.append(view.processes[extra])
     if show_rest:
         sources.append(rest)
+    util_known = view.util.shape == t.shape and bool(np.isfinite(view.util).any())
+    if util_known:
+        sources.append(view.util)
     matrix = np.empty((len(sources), t.size), dtype=np.float32)
     for i, src in enumerate(sources):
         if src is not None:
@@ -269,10 +299,17 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
         _fill_other(matrix[1 + len(top)], matrix[1:1 + len(top)], view,
                     [view.processes[k] for k in rest_keys])
     x, ys = peak_decimate(t, matrix, max(MIN_BUCKETS, width_px or DEFAULT_WIDTH_PX))
+    gaps = find_gaps(t)
+    if gaps:
+        x, ys = break_at_gaps(x, ys, gaps)
 
     rows = iter(ys)
     total = Series(TOTAL_KEY, Role.TOTAL, next(rows))
-    legend = [LegendEntry(TOTAL_KEY, Role.TOTAL, "Device total", _last(view.used))]
+    # The legend reads "now" from the latest sample at every span: the history's
+    # newest slot is a 5-second peak at long spans.
+    used_now = (float(inputs.memory_used) if inputs.memory_used is not None
+                else _last(view.used))
+    legend = [LegendEntry(TOTAL_KEY, Role.TOTAL, "Device total", used_now)]
     if inputs.memory_total:
         legend.append(LegendEntry(LIMIT_KEY, Role.CAPACITY, "Capacity",
                                   float(inputs.memory_total), Style.DASHED))
@@ -285,9 +322,11 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
     other = None
     if n_rest:
         other = Series(OTHER_KEY, Role.OTHER, next(rows), Style.DASHED, False, dim)
-        others_now = sum(v or 0 for k, v in live.items() if k not in top)
+        running = [v for k, v in live.items() if k not in top]
+        others_now = sum(v or 0 for v in running)
         legend.append(LegendEntry(OTHER_KEY, Role.OTHER, f"Other processes ({n_rest})",
-                                  float(others_now), Style.DASHED, False, dim))
+                                  float(others_now), Style.DASHED, False, dim,
+                                  ended=not running))
     extra_series = None
     if extra is not None:
         extra_series = Series(extra, Role.PROCESS, next(rows), Style.SOLID, True, False)
@@ -301,9 +340,10 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
         legend.insert(device_entries, LegendEntry(
             UNATTRIBUTED_KEY, Role.UNATTRIBUTED, UNATTRIBUTED_LABEL,
             None if now is None else float(now), Style.DOTTED, False, dim))
+    util = next(rows) if util_known else None
     return PlotData(x, total, tuple(processes), other, extra_series,
                     unattributed, inputs.memory_total, tuple(legend), view, inputs, names,
-                    width_px, available_count)
+                    width_px, available_count, util, history_start(t, span_s), gaps)
 
 
 def _fill_other(other: np.ndarray, top_rows: np.ndarray, view: SeriesView,
@@ -346,15 +386,58 @@ def peak_decimate(t: np.ndarray, ys: np.ndarray, buckets: int
     grouped = ys[:, start:].reshape(k, m // ds, ds)
     out = np.empty((k, m // ds, 2), dtype=ys.dtype)
     hi, lo = out[:, :, 0], out[:, :, 1]
-    hi[...] = grouped[:, :, 0]
-    lo[...] = grouped[:, :, 0]
-    # ds element-wise passes: several times faster than ufunc.reduce over a short last axis.
-    for j in range(1, ds):
-        col = grouped[:, :, j]
-        np.fmax(hi, col, out=hi)
-        np.fmin(lo, col, out=lo)
+    if ds > 24:
+        # Long buckets (long spans, narrow plots): one reduction along the bucket.
+        np.fmax.reduce(grouped, axis=2, out=hi)
+        np.fmin.reduce(grouped, axis=2, out=lo)
+    else:
+        hi[...] = grouped[:, :, 0]
+        lo[...] = grouped[:, :, 0]
+        # ds element-wise passes: several times faster than ufunc.reduce over a short
+        # last axis.
+        for j in range(1, ds):
+            col = grouped[:, :, j]
+            np.fmax(hi, col, out=hi)
+            np.fmin(lo, col, out=lo)
     x = np.repeat(t[start + ds - 1::ds], 2)
     return x, out.reshape(k, -1)
+
+
+def find_gaps(t: np.ndarray, min_gap_s: float = 2.0) -> tuple[tuple[float, float], ...]:
+    """Stretches of ``t`` (seconds, ascending) with no sample: a step longer than
+    four typical steps and than ``min_gap_s``.  One sample late is jitter, not a gap."""
+    if t.size < 3:
+        return ()
+    steps = np.diff(t)
+    # The median of at most ~512 evenly spread steps: as typical, and far cheaper
+    # than a full median of an hour at 4 Hz on every frame.
+    typical = float(np.median(steps[::max(1, steps.size // 512)]))
+    limit = max(4.0 * typical, min_gap_s)
+    where = np.flatnonzero(steps > limit)
+    return tuple((float(t[i]), float(t[i + 1])) for i in where)
+
+
+def break_at_gaps(x: np.ndarray, ys: np.ndarray, gaps: tuple[tuple[float, float], ...]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Insert a NaN column inside each gap, so no line is drawn across it."""
+    mids = np.array([(a + b) / 2 for a, b in gaps])
+    at = np.searchsorted(x, mids)
+    keep = (at > 0) & (at < x.size)  # a gap at the very edge needs no break
+    if not keep.any():
+        return x, ys
+    at, mids = at[keep], mids[keep]
+    x = np.insert(x, at, mids)
+    ys = np.insert(ys, at, np.nan, axis=1)
+    return x, ys
+
+
+def history_start(t: np.ndarray, span_s: float | None) -> float | None:
+    """The oldest sample's x when the history begins inside the span, else None."""
+    if span_s is None or t.size < 2:
+        return None
+    step = float(np.median(np.diff(t[-min(t.size, 64):])))
+    first = float(t[0])
+    return first if first > -span_s + max(2.0 * step, 0.01 * span_s) else None
 
 
 def default_label(key: Hashable) -> str:

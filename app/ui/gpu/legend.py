@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from app.core.monitor.plot_data import LegendEntry
-from app.core.units import fmt_gib
+from app.core.monitor.plot_data import LegendEntry, Role
+from app.core.units import fmt_bytes
 from app.ui.style.text import elide_keeping_pid
 
 
 def value_text(entry: LegendEntry) -> str:
     """The figure a row shows: the value now, ``ended`` for a process that exited."""
-    return "ended" if entry.ended else fmt_gib(entry.value)
+    return "ended" if entry.ended else fmt_bytes(entry.value)
 
 
 class _LegendRow(QWidget):
@@ -35,11 +35,15 @@ class _LegendRow(QWidget):
         lay.addWidget(self.name, 1)
         lay.addWidget(self.value, 0)
         self._state: tuple = ()
+        self.name_px = 128  # the room for a name, set by the legend from its width
+        self.color = QColor()
+        self.tip: str | None = None
+        self.entry: LegendEntry = LegendEntry("", Role.OTHER, "", None)
 
     def set(self, entry: LegendEntry, color: QColor, tip: str | None = None) -> None:
         """Restyle only when something but the value changed (labels re-elide slowly)."""
         name, style = entry.label, entry.style.value  # a CSS border style
-        state = (color.rgba(), name, style, entry.emphasised, entry.dimmed, tip)
+        state = (color.rgba(), name, style, entry.emphasised, entry.dimmed, tip, self.name_px)
         if state != self._state:
             self._state = state
             c = QColor(color)
@@ -48,13 +52,26 @@ class _LegendRow(QWidget):
             self.swatch.setStyleSheet(
                 f"background: transparent; border-top: 3px {style} rgba({c.red()},{c.green()},"
                 f"{c.blue()},{c.alpha()});")
-            self.name.setText(elide_keeping_pid(self.name.fontMetrics(), name, 128))
+            self.name.setText(elide_keeping_pid(self.name.fontMetrics(), name, self.name_px))
             self.name.setToolTip(tip or name)
             font = self.name.font()
             font.setBold(entry.emphasised)
             self.name.setFont(font)
             self.name.setEnabled(not entry.dimmed)
         self.value.setText(value_text(entry))
+        self.entry, self.color, self.tip = entry, color, tip
+
+    def set_value(self, value: float | None) -> None:
+        """The latest sample's figure, between plot refreshes."""
+        if not self.entry.ended:
+            text = fmt_bytes(value)
+            if self.value.text() != text:
+                self.value.setText(text)
+
+
+MIN_WIDTH = 236  # px
+MAX_WIDTH = 360  # px
+_NOT_NAME = 108  # px of a row that are not its name: swatch, value, spacing, margins
 
 
 class LegendPanel(QWidget):
@@ -62,13 +79,23 @@ class LegendPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setFixedWidth(236)
+        self.setFixedWidth(MIN_WIDTH)
         self._lay = QVBoxLayout(self)
         self._lay.setContentsMargins(4, 6, 4, 6)
         self._lay.setSpacing(3)
         self._rows: list[_LegendRow] = []
         self._lay.addStretch(1)
         self.entries: list[tuple[Hashable, str]] = []  # (key, name) shown, in order
+
+    def fit_width(self, panel_width: int) -> None:
+        """A fifth of the panel, within bounds: long names show in full on wide panels."""
+        width = max(MIN_WIDTH, min(MAX_WIDTH, panel_width // 5))
+        if width != self.width():
+            self.setFixedWidth(width)
+            for row in self._rows:
+                row.name_px = width - _NOT_NAME
+                if row.isVisibleTo(self):
+                    row.set(row.entry, row.color, row.tip)
 
     def set_entries(self, entries: Sequence[LegendEntry],
                     color_of: Callable[[LegendEntry], QColor],
@@ -79,8 +106,16 @@ class LegendPanel(QWidget):
             self._lay.insertWidget(len(self._rows), row)
             self._rows.append(row)
         for row, entry in zip(self._rows, entries):
+            row.name_px = self.width() - _NOT_NAME
             row.set(entry, color_of(entry), tip_of(entry))
             row.setVisible(True)
         for row in self._rows[len(entries):]:
             row.setVisible(False)
         self.entries = [(e.key, e.label) for e in entries]
+
+    def update_values(self, values: Mapping[Hashable, float | None]) -> None:
+        """Every shown row whose key is in ``values`` reads its figure now: the
+        legend follows the latest sample at every span, not only the redraws."""
+        for row in self._rows:
+            if row.isVisibleTo(self) and row.entry.key in values:
+                row.set_value(values[row.entry.key])

@@ -26,7 +26,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.monitor.plot_data import UNATTRIBUTED_KEY, LegendEntry, PlotData, PlotInputs
+from app.core.monitor.plot_data import (
+    LIMIT_KEY,
+    OTHER_KEY,
+    TOTAL_KEY,
+    UNATTRIBUTED_KEY,
+    LegendEntry,
+    PlotData,
+    PlotInputs,
+)
 from app.core.monitor.samples import DeviceState, GpuSample
 from app.core.units import NA, fmt_bytes, fmt_percent
 from app.ui.gpu.gauge import MemoryGauge
@@ -34,6 +42,7 @@ from app.ui.gpu.legend import LegendPanel
 from app.ui.gpu.plot import GpuPlot
 from app.ui.gpu.torch_memory import AgentSection
 from app.ui.gpu.unattributed import explanation, unknown_reason
+from app.ui.gpu.util_strip import UtilStrip
 from app.ui.style import palette as pal
 from app.ui.style.format import fmt_memory_usage, fmt_temp, fmt_watts
 
@@ -43,7 +52,10 @@ MIN_HEIGHT = 262  # px without the "PyTorch memory" section
 class GpuPanel(QFrame):
     """Everything about one GPU (or MIG device), keyed by ``display_id``."""
 
-    def __init__(self, display_id: str, parent: QWidget | None = None) -> None:
+    def __init__(self, display_id: str, parent: QWidget | None = None,
+                 colors: pal.ProcessColors | None = None) -> None:
+        """``colors``: the process colours shared by the window's panels (one process,
+        one colour on every GPU); a set of this panel's own when None."""
         super().__init__(parent)
         self.display_id = display_id
         self.setObjectName("gpuPanel")
@@ -67,7 +79,7 @@ class GpuPanel(QFrame):
         # -- plot + legend -----------------------------------------------------------
         body = QHBoxLayout()
         body.setSpacing(8)
-        self.plot = GpuPlot(self)
+        self.plot = GpuPlot(self, colors, owner=display_id)
         self.plot.set_span(self.span_s)
         self.time_axis, self.value_axis = self.plot.time_axis, self.plot.value_axis
         self.total_curve = self.plot.total_curve
@@ -75,7 +87,12 @@ class GpuPanel(QFrame):
         markers = self.plot.markers
         self.unload_markers, self.reload_markers = markers.unload, markers.reload
         self.legend = LegendPanel(self)
-        body.addWidget(self.plot, 1)
+        self.util_strip = UtilStrip(self)
+        plots = QVBoxLayout()
+        plots.setSpacing(2)
+        plots.addWidget(self.plot, 1)
+        plots.addWidget(self.util_strip, 0)
+        body.addLayout(plots, 1)
         body.addWidget(self.legend, 0)
         outer.addLayout(body, 1)
 
@@ -167,6 +184,10 @@ class GpuPanel(QFrame):
         value.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         return cap, value
 
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self.legend.fit_width(self.width())
+
     # -- theme ----------------------------------------------------------------------------
     def changeEvent(self, event) -> None:  # noqa: N802
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange):
@@ -224,6 +245,8 @@ class GpuPanel(QFrame):
                 f"Used {fmt_bytes(gpu.memory_used)}, free {fmt_bytes(gpu.memory_free)}, "
                 f"reserved {fmt_bytes(gpu.memory_reserved)}, total {fmt_bytes(gpu.memory_total)}")
             self.util_label[1].setText(fmt_percent(gpu.utilization_gpu))
+            self.util_strip.set_now(gpu.utilization_gpu)
+            self.legend.update_values(self._values_now(gpu))
             self.temp_label[1].setText(fmt_temp(gpu.temperature))
             self.power_label[1].setText(fmt_watts(gpu.power_draw, gpu.power_limit))
             notes = "\n".join(f"{k}: {v}" for k, v in gpu.notes.items())
@@ -243,6 +266,20 @@ class GpuPanel(QFrame):
             self.memory_label.setText(NA)
         if state_changed:
             self._style_state()
+
+    def _values_now(self, gpu: GpuSample) -> dict[Hashable, float | None]:
+        """The legend's figures from this sample (the plot may be minutes old)."""
+        values: dict[Hashable, float | None] = {
+            TOTAL_KEY: gpu.memory_used, LIMIT_KEY: gpu.memory_total,
+            UNATTRIBUTED_KEY: gpu.unattributed_memory}
+        top = set(self.plot.data.top_keys) if self.plot.data is not None else set()
+        other = 0
+        for p in gpu.processes:
+            values[p.key] = p.gpu_memory
+            if p.key not in top:
+                other += p.gpu_memory or 0
+        values[OTHER_KEY] = other
+        return values
 
     def update_agents(self, gpu: GpuSample, agents: Mapping, busy: bool = False,
                       can_act: bool = False) -> None:
@@ -306,7 +343,18 @@ class GpuPanel(QFrame):
 
     def _draw(self, data: PlotData) -> None:
         self.plot.draw(data, self.palette())
+        self.util_strip.plot_extent = self._plot_extent()
+        self.util_strip.set_data(data.x, data.util, self.span_s)
         self.legend.set_entries(data.legend, self.plot.color_of, self._tip)
+
+    def _plot_extent(self) -> tuple[float, float] | None:
+        """The plot's view box, horizontally, in the utilisation strip's pixels."""
+        rect = self.plot.getPlotItem().getViewBox().sceneBoundingRect()
+        if rect.width() <= 0:
+            return None
+        left = self.plot.mapTo(self, self.plot.rect().topLeft()).x()
+        strip = self.util_strip.mapTo(self, self.util_strip.rect().topLeft()).x()
+        return left - strip + rect.left(), rect.width()
 
     def _tip(self, entry: LegendEntry) -> str | None:
         if entry.key == UNATTRIBUTED_KEY:
@@ -326,7 +374,7 @@ class GpuPanel(QFrame):
         """Process keys with a curve now (top N, plus the highlighted one)."""
         return self.plot.shown_keys()
 
-    def curve_for(self, key: Hashable) -> pg.PlotDataItem | None:
+    def curve_for(self, key: Hashable) -> pg.PlotCurveItem | None:
         return self.plot.curve_for(key)
 
     def x_range(self) -> tuple[float, float]:

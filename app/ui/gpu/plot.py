@@ -9,6 +9,7 @@ sums, decimation, legend) comes shaped from :mod:`app.core.monitor.plot_data`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable
 
 import numpy as np
@@ -26,8 +27,9 @@ from app.core.monitor.plot_data import (
     Series,
     Style,
 )
-from app.core.units import GiB, fmt_ago, fmt_gib
+from app.core.units import GiB, fmt_ago, fmt_bytes, fmt_percent
 from app.ui.gpu.axes import TimeAxis, ValueAxis
+from app.ui.gpu.history_marks import HistoryMarks
 from app.ui.gpu.markers import MarkerLayer
 from app.ui.style import palette as pal
 
@@ -49,14 +51,19 @@ class _LeaveFilter(QObject):
 class GpuPlot(pg.PlotWidget):
     """The plot area: curves, grid, capacity line, hover read-out and event markers."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, colors: pal.ProcessColors | None = None,
+                 owner: Hashable | None = None) -> None:
+        """``colors``: the window's process colours, shared by its panels (a new set
+        when None); ``owner``: this plot's name in them (its GPU's display id)."""
         self.time_axis = TimeAxis(orientation="bottom")
         self.value_axis = ValueAxis(orientation="left")
         super().__init__(parent, axisItems={"bottom": self.time_axis, "left": self.value_axis})
         self.data: PlotData | None = None
         #: Epoch seconds of the newest sample drawn ("now" of the time axis).
         self.now_epoch: float | None = None
-        self._colors = pal.ColorAssigner()
+        self.colors = colors if colors is not None else pal.ProcessColors()
+        self.color_owner: Hashable = owner if owner is not None else id(self)
+        self.destroyed.connect(functools.partial(self.colors.release, self.color_owner))
         self._slot_keys: list[Hashable | None] = []  # process curve slots, as drawn
         self._key_colors: dict[Hashable, QColor] = {}
         self._palette = self.palette()
@@ -67,8 +74,6 @@ class GpuPlot(pg.PlotWidget):
         item.setMenuEnabled(False)
         item.hideButtons()
         item.setMouseEnabled(x=False, y=False)
-        item.setClipToView(True)
-        item.setDownsampling(auto=True, mode="peak")
         # Grid: a few InfiniteLines at the major ticks.  (The axes' own grid is painted
         # through a scaled QPicture and costs ~10x more per frame.)
         self._grid_lines: dict[int, list[pg.InfiniteLine]] = {0: [], 90: []}
@@ -101,16 +106,18 @@ class GpuPlot(pg.PlotWidget):
         self.hover_text.hide()
         item.addItem(self.hover_text, ignoreBounds=True)
         self.markers = MarkerLayer(item)
+        self.history_marks = HistoryMarks(item)
 
         self._mouse_proxy = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=30,
                                            slot=self._on_mouse_moved)
         self._leave_filter = _LeaveFilter(self.hide_hover)
         self.installEventFilter(self._leave_filter)
 
-    def _curve(self, z: float) -> pg.PlotDataItem:
-        curve = pg.PlotDataItem()
-        curve.setClipToView(True)
-        curve.setDownsampling(auto=True, method="peak")
+    def _curve(self, z: float) -> pg.PlotCurveItem:
+        # PlotCurveItem, not PlotDataItem: the data come decimated to the pixel width
+        # and cut to the span already (plot_data), so PlotDataItem's own clipping and
+        # downsampling would only redo that work on every frame.
+        curve = pg.PlotCurveItem()
         curve.setZValue(z)
         curve.base_z = z
         curve.hide()
@@ -169,6 +176,8 @@ class GpuPlot(pg.PlotWidget):
         self.hover_text.fill = pg.mkBrush(_with_alpha(pal.background(palette), 235))
         self.hover_text.border = pg.mkPen(pal.faint(palette))
         self.hover_text.setColor(fg)
+        self.markers.apply_theme(palette)
+        self.history_marks.apply_theme(palette)
 
     # -- drawing --------------------------------------------------------------------------
     def draw(self, data: PlotData, palette: QPalette) -> None:
@@ -180,6 +189,7 @@ class GpuPlot(pg.PlotWidget):
             for c in self._all_curves():
                 c.hide()
             self._slot_keys = []
+            self._key_colors = self.colors.assign(self.color_owner, ())
             return
         top = data.top_keys
         # Keep a process in the same curve slot between refreshes (less churn).
@@ -189,10 +199,7 @@ class GpuPlot(pg.PlotWidget):
             if k not in slots:
                 slots[slots.index(None)] = k
         self._slot_keys = slots
-        colors: dict[Hashable, QColor] = dict(self._colors.assign(top))
-        if data.extra is not None:
-            colors[data.extra.key] = self._colors.color(data.extra.key)
-        self._key_colors = colors
+        self._key_colors = self.colors.assign(self.color_owner, data.shown_keys)
 
         x = data.x
         self._set_curve(self.total_curve, x, data.total)
@@ -220,6 +227,8 @@ class GpuPlot(pg.PlotWidget):
         else:
             self.limit_line.hide()
             item.getViewBox().enableAutoRange(y=True)
+        (x0, x1), (_, y_top) = item.getViewBox().viewRange()
+        self.history_marks.place(data, y_top, x1 - x0)
         self.markers.place(self.now_epoch)
         if self._hover_x is not None and self.cursor_line.isVisible():
             self._show_hover(self._hover_x)
@@ -237,13 +246,13 @@ class GpuPlot(pg.PlotWidget):
         if role is Role.UNATTRIBUTED:
             return pal.unattributed_color(palette)
         color = self._key_colors.get(entry.key)
-        return QColor(color) if color is not None else self._colors.color(entry.key)
+        return QColor(color) if color is not None else pal.other_color(palette)
 
-    def _all_curves(self) -> list[pg.PlotDataItem]:
+    def _all_curves(self) -> list[pg.PlotCurveItem]:
         return [self.total_curve, self.other_curve, self.extra_curve, self.unattributed_curve,
                 *self.process_curves]
 
-    def _set_curve(self, curve: pg.PlotDataItem, x: np.ndarray, series: Series) -> None:
+    def _set_curve(self, curve: pg.PlotCurveItem, x: np.ndarray, series: Series) -> None:
         y = series.y.astype(np.float64) / GiB
         finite = bool(np.isfinite(y).all())
         c = QColor(self.color_of(series))
@@ -255,7 +264,7 @@ class GpuPlot(pg.PlotWidget):
                       skipFiniteCheck=finite)
         curve.show()
 
-    def curve_for(self, key: Hashable) -> pg.PlotDataItem | None:
+    def curve_for(self, key: Hashable) -> pg.PlotCurveItem | None:
         """The visible curve drawing ``key`` (a process or a special series key)."""
         data = self.data
         if data is None:
@@ -295,10 +304,12 @@ class GpuPlot(pg.PlotWidget):
         readout = self.data.readout_at(x) if self.data is not None else None
         if readout is None:
             return ""
-        lines = [fmt_ago(readout.t), f"Device total: {fmt_gib(readout.used)}"]
-        lines += [f"{label}: {fmt_gib(v)}" for label, v in readout.processes]
+        lines = [fmt_ago(readout.t), f"Device total: {fmt_bytes(readout.used)}"]
+        lines += [f"{label}: {fmt_bytes(v)}" for label, v in readout.processes]
         if readout.has_unattributed:
-            lines.append(f"{UNATTRIBUTED_LABEL}: {fmt_gib(readout.unattributed)}")
+            lines.append(f"{UNATTRIBUTED_LABEL}: {fmt_bytes(readout.unattributed)}")
+        if readout.util is not None:
+            lines.append(f"SM: {fmt_percent(readout.util)}")
         vb = self.getPlotItem().getViewBox()
         (x0, x1), _ = vb.viewRange()
         tolerance = 7.0 * (x1 - x0) / max(vb.width(), 1.0)  # about 7 px either side

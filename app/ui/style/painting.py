@@ -1,9 +1,12 @@
-"""Painting shared by the bar widgets: a rounded track to fill segments into."""
+"""Painting shared by the small painted widgets: a rounded track to fill segments
+into, and areas under a series with unknown stretches left blank."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyqtgraph as pg
 from PySide6.QtCore import QRectF
-from PySide6.QtGui import QPainter, QPainterPath
+from PySide6.QtGui import QColor, QPainter, QPainterPath
 from PySide6.QtWidgets import QWidget
 
 from app.ui.style import palette as pal
@@ -21,3 +24,15 @@ def rounded_track(widget: QWidget) -> tuple[QPainter, QRectF]:
     p.fillPath(track, pal.faint(widget.palette()))
     p.setClipPath(track)
     return p, rect
+
+
+def fill_known_runs(painter: QPainter, px: np.ndarray, py: np.ndarray, bottom: float,
+                    color: QColor) -> None:
+    """Fill the area under (``px``, ``py``) down to ``bottom``, one region per run of
+    finite ``py``: an unknown stretch stays blank, never drawn as zero."""
+    known = np.isfinite(py)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], known.astype(np.int8), [0]))))
+    for start, stop in zip(edges[::2], edges[1::2]):
+        rx = np.concatenate(([px[start]], px[start:stop], [px[stop - 1]]))
+        ry = np.concatenate(([bottom], py[start:stop], [bottom]))
+        painter.fillPath(pg.arrayToQPath(rx, ry), color)

@@ -13,17 +13,14 @@ import time
 from collections import deque
 from collections.abc import Hashable
 
-from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
-    QFrame,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QMainWindow,
     QPushButton,
-    QScrollArea,
     QSplitter,
     QStackedWidget,
     QTabWidget,
@@ -46,10 +43,10 @@ from app.ui.shell.notifier import AlertBanner
 from app.ui.style import palette as pal
 from app.ui.window.action_views import ActionViews
 from app.ui.window.activity_views import ActivityViews
+from app.ui.window.gpu_area import GpuArea
 from app.ui.window.no_driver import NoDriverView
 from app.ui.window.process_table import ProcessTable
 from app.ui.window.texts import (
-    display_order,
     median_period,
     source_text,
     span_text,
@@ -65,9 +62,6 @@ SPANS: tuple[tuple[str, float], ...] = (
     ("24 h", 86400.0),
 )
 
-TWO_COLUMNS_FROM = 1700  # px of window width
-
-
 class MainWindow(ActionViews, ActivityViews, QMainWindow):
     demo_requested = Signal()
     retry_requested = Signal()
@@ -81,12 +75,10 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         #: Every user-adjustable value (auto-unload policy, limits): one place to persist.
         self.settings = settings or UiSettings()
         self.span_s = float(span_s)
-        self._panels: dict[str, GpuPanel] = {}
         self._latest: Snapshot | None = None
         self._dirty = False  # a snapshot arrived since the last plot refresh
         self._selection: tuple[str, Hashable] | None = None
         self._arrivals: deque[float] = deque(maxlen=21)  # snapshot monotonic times
-        self._columns = 1
         self._drawn_at: float | None = None  # snapshot monotonic time of the last redraw
         self._drawn_wall = 0.0  # time.monotonic() of the last redraw
         #: Number of plot redraws done by :meth:`refresh` (diagnostics and tests).
@@ -101,6 +93,8 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self._policy_actions: dict[tuple[int, str, int], ModelAction] = {}
         self._decisions_of: object = None  # the PolicyRunner they came from
         self.policy: object = None  # set_policy: where the controller finds the runner
+        #: One colour per process, window-wide: its curve, legend swatch and table row.
+        self.process_colors = pal.ProcessColors()
 
         self.setWindowTitle(APP_TITLE)
         self.resize(1280, 860)
@@ -109,11 +103,10 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         central_lay = QVBoxLayout(central)
         central_lay.setContentsMargins(0, 0, 0, 0)
         central_lay.setSpacing(0)
-        # Banners: alerts when no tray or notification server takes them, one-time hints.
+        # Banners over the content (no layout): alerts no tray or notification server
+        # takes, one-time hints.
         self.alert_banner = AlertBanner(central)
         self.hint_banner = AlertBanner(central)
-        central_lay.addWidget(self.alert_banner)
-        central_lay.addWidget(self.hint_banner)
         self.stack = QStackedWidget(central)
         central_lay.addWidget(self.stack, 1)
         self.setCentralWidget(central)
@@ -162,21 +155,11 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setHandleWidth(10)
 
-        self.scroll = QScrollArea(self.splitter)
-        self.scroll.setObjectName("gpuScroll")
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.panels_host = QWidget(self.scroll)
-        self.panels_host.setObjectName("panelsHost")
-        self.panels_layout = QGridLayout(self.panels_host)
-        self.panels_layout.setContentsMargins(0, 0, 4, 0)
-        self.panels_layout.setSpacing(12)
-        self.empty_label = QLabel("Waiting for the first sample…", self.panels_host)
-        self.empty_label.setObjectName("secondary")
-        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.panels_layout.addWidget(self.empty_label, 0, 0)
-        self.scroll.setWidget(self.panels_host)
-        self.scroll.verticalScrollBar().valueChanged.connect(self._refresh_newly_visible)
+        self.gpu_area = GpuArea(self._make_panel, self.splitter)
+        self.gpu_area.scroll.verticalScrollBar().valueChanged.connect(self._refresh_newly_visible)
+        self.gpu_area.gpu_selected.connect(lambda _did: self._refresh_newly_visible())
+        self.gpu_area.arrangement_changed.connect(
+            lambda _a: QTimer.singleShot(0, self._refresh_newly_visible))
 
         table_box = QWidget(self.splitter)
         tlay = QVBoxLayout(table_box)
@@ -222,7 +205,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.lower_tabs.currentChanged.connect(self._on_tab_changed)
         self._unseen_activity = 0
         table_title.setVisible(False)  # the tab says it
-        self.splitter.addWidget(self.scroll)
+        self.splitter.addWidget(self.gpu_area)
         self.splitter.addWidget(self.lower_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
@@ -275,6 +258,10 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         return dict(self._panels)
 
     @property
+    def _panels(self) -> dict[str, GpuPanel]:
+        return self.gpu_area.panels
+
+    @property
     def latest(self) -> Snapshot | None:
         return self._latest
 
@@ -294,35 +281,18 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
             return
         self.stack.setCurrentWidget(self.monitor_page)
 
-        seen = set()
-        added = removed = False
         agents = snapshot.agents
         busy = self.controller.busy_pids()
         can_act = self.controller.available
+        area = self.gpu_area
+        area.update_gpus(snapshot.gpus)
         for gpu in snapshot.gpus:
-            seen.add(gpu.display_id)
-            panel = self._panels.get(gpu.display_id)
-            if panel is None:
-                panel = GpuPanel(gpu.display_id, self.panels_host)
-                panel.set_span(self.span_s)
-                if self._selection and self._selection[0] == gpu.display_id:
-                    panel.highlight(self._selection[1])
-                panel.agent_section.free_all_requested.connect(
-                    functools.partial(self.free_all_caches, gpu.display_id))
-                panel.agent_section.details_requested.connect(self.open_details)
-                self._panels[gpu.display_id] = panel
-                added = True
-            panel.update_sample(gpu)
+            panel = self._panels[gpu.display_id]
             if agents or not panel.agent_section.isHidden():
                 gpu_busy = bool(busy) and any(p.pid in busy for p in gpu.processes)
                 panel.update_agents(gpu, agents, gpu_busy, can_act)
-        for did in [d for d in self._panels if d not in seen]:
-            panel = self._panels.pop(did)
-            self.panels_layout.removeWidget(panel)
-            panel.deleteLater()
-            removed = True
-        if added or removed:
-            self._layout_panels()
+        if area.panels and area.wanted_arrangement() != (area.arrangement, area.columns):
+            area.arrange()  # a panel's minimum height changed (its PyTorch section)
         self.table.update_snapshot(snapshot)
         self._update_summary(snapshot)
         if agents and self.details_button.isHidden():
@@ -351,10 +321,11 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
             self._drawn_at = self._latest.monotonic
         self.plot_refreshes += 1
         for did, panel in self._panels.items():
-            if self._panel_on_screen(panel):
+            if self.gpu_area.on_screen(panel):
                 self._refresh_panel(did, panel)
             else:
-                panel.plot_dirty = True  # drawn when scrolled into view
+                panel.plot_dirty = True  # drawn when scrolled or selected into view
+        self.gpu_area.refresh_tiles(self.history, self.span_s)
 
     def _redraw_too_soon(self) -> bool:
         """At long spans one pixel holds many samples: redraw about once per pixel of time."""
@@ -383,18 +354,11 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
                                panel.plot_inputs())
         panel.set_plot_data(data, self.span_s,
                             self._latest.timestamp if self._latest is not None else None)
-
-    def _panel_on_screen(self, panel: GpuPanel) -> bool:
-        """False only for panels scrolled out of sight in a shown window."""
-        if not self.isVisible() or not panel.isVisible():
-            return True  # not laid out yet (or no window): draw rather than risk a blank plot
-        viewport = self.scroll.viewport()
-        top_left = panel.mapTo(viewport, QPoint(0, 0))
-        return QRect(top_left, panel.size()).intersects(viewport.rect())
+        self.table.set_colors(self.process_colors.drawn_colors())
 
     def _refresh_newly_visible(self) -> None:
         for did, panel in self._panels.items():
-            if panel.plot_dirty and self._panel_on_screen(panel):
+            if panel.plot_dirty and self.gpu_area.on_screen(panel):
                 self._refresh_panel(did, panel)
 
     def _select_span_in_combo(self, seconds: float) -> None:
@@ -421,35 +385,20 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
                 panel.highlighted_key = wanted
                 # Fetch again: the view held only the curves shown until now.
                 self._refresh_panel(did, panel)
-        if display_id in self._panels and self.isVisible():
-            self.scroll.ensureWidgetVisible(self._panels[display_id], 0, 0)
+        if display_id in self._panels:
+            self.gpu_area.select_gpu(display_id)
 
-    def _layout_panels(self) -> None:
-        lay = self.panels_layout
-        while lay.count():
-            lay.takeAt(0)
-        self.empty_label.setVisible(not self._panels)
-        if not self._panels:
-            lay.addWidget(self.empty_label, 0, 0)
-            return
-        cols = 2 if self.width() >= TWO_COLUMNS_FROM and len(self._panels) > 1 else 1
-        self._columns = cols
-        ordered = sorted(self._panels.items(), key=lambda kv: display_order(kv[0]))
-        for i, (_, panel) in enumerate(ordered):
-            lay.addWidget(panel, i // cols, i % cols)
-        for c in range(2):
-            lay.setColumnStretch(c, 1 if c < cols else 0)
-        last_row = (len(ordered) - 1) // cols + 1
-        for r in range(lay.rowCount()):
-            lay.setRowStretch(r, 0)
-        lay.setRowStretch(last_row, 1)  # panels keep their size; spare room goes below
-        lay.activate()  # the scroll area must learn the new minimum height now
+    def _make_panel(self, did: str) -> GpuPanel:
+        panel = GpuPanel(did, self.gpu_area.panels_host, colors=self.process_colors)
+        panel.set_span(self.span_s)
+        if self._selection and self._selection[0] == did:
+            panel.highlight(self._selection[1])
+        panel.agent_section.free_all_requested.connect(functools.partial(self.free_all_caches, did))
+        panel.agent_section.details_requested.connect(self.open_details)
+        return panel
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
-        cols = 2 if self.width() >= TWO_COLUMNS_FROM and len(self._panels) > 1 else 1
-        if cols != self._columns and self._panels:
-            self._layout_panels()
         QTimer.singleShot(0, self._refresh_newly_visible)
 
     def showEvent(self, event) -> None:  # noqa: N802
@@ -469,7 +418,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.source_label.setText(source)
         period = median_period(self._arrivals, self.history.config.period_s)
         self.period_label.setText(f"Sampling every {period * 1000:.0f} ms")
-        self.cost_label.setText(f"Last sample {snapshot.sample_cost * 1000:.1f} ms")
+        self.cost_label.setText(f"· a sample takes {snapshot.sample_cost * 1000:.1f} ms")
         if snapshot.error and snapshot.gpus:
             self.problem_label.setText(f"⚠ {snapshot.error}")
         else:
@@ -490,7 +439,8 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.setStyleSheet(
             f"QFrame#gpuPanel {{ background: palette(base); border: 1px solid {border};"
             " border-radius: 10px; }"
-            "QScrollArea#gpuScroll, QWidget#panelsHost { background: transparent; }"
+            "QScrollArea#gpuScroll, QWidget#panelsHost, QScrollArea#tileScroll,"
+            " QWidget#tilesHost { background: transparent; }"
             + pal.view_rules(self.palette(), "processTable"))
 
     def sizeHint(self) -> QSize:  # noqa: N802

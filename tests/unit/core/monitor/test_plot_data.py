@@ -19,6 +19,7 @@ from app.core.monitor.plot_data import (
     Role,
     Style,
     build_plot_data,
+    device_series,
     peak_decimate,
     rank,
     shape,
@@ -308,3 +309,73 @@ def test_series_and_time_axis_always_line_up(width_px):
     data = build(feed([last] * 2500), last, span_s=3600.0, width_px=width_px)
     for s in (data.total, data.other, data.unattributed, *data.processes):
         assert s is not None and s.y.shape == data.x.shape
+
+
+# -- one truth per number, gaps, history start, utilisation --------------------------------
+
+def test_the_device_total_in_the_legend_is_the_latest_sample_not_a_coarse_peak():
+    """Past the fine ring the newest slot holds a 5-second peak; the legend says "now"."""
+    config = HistoryConfig(period_s=1.0, fine_span_s=20.0, coarse_step_s=5.0,
+                           coarse_span_s=7200.0, max_process_rows=8)
+    history = History(config)
+    ticks = [gpu([proc(1, 20 * GiB)])] * 60 + [gpu([proc(1, 20 * GiB)])] * 3
+    ticks += [gpu([proc(1, 2 * GiB)])]
+    feed(ticks, history)
+    assert history.view("0", 3600.0).used[-1] > 20 * GiB  # the bucket's peak
+    data = build(history, ticks[-1], span_s=3600.0)
+    assert data.legend[0].value == ticks[-1].memory_used == 2 * GiB + 300 * MiB
+
+
+def test_a_stretch_without_samples_is_a_gap_the_curves_do_not_cross():
+    before = [gpu([proc(1, 4 * GiB)])] * 30
+    history = feed(before)
+    feed([gpu([proc(1, 8 * GiB)])] * 30, history, start=30 + 120)  # 2 min with no samples
+    data = build(history, gpu([proc(1, 8 * GiB)]))
+    assert len(data.gaps) == 1
+    x0, x1 = data.gaps[0]
+    assert x1 - x0 == pytest.approx(121.0)
+    inside = (data.x > x0) & (data.x < x1)
+    assert inside.any()
+    assert np.isnan(data.total.y[inside]).all()
+    assert np.isnan(data.processes[0].y[inside]).all()
+    assert data.x.size == data.total.y.size == data.processes[0].y.size
+
+
+def test_late_samples_are_jitter_not_gaps():
+    history = History(CONFIG)
+    for t in [0, 1, 2, 3.9, 5, 6, 7, 8]:
+        history.add(Snapshot(1.7e9 + t, t, "test", None, (gpu([proc(1, GiB)]),)))
+    assert build(history, gpu([proc(1, GiB)])).gaps == ()
+
+
+def test_a_history_younger_than_the_span_marks_where_it_starts():
+    history = feed([gpu([proc(1, GiB)])] * 100)
+    assert build(history, gpu([proc(1, GiB)]), span_s=600.0).history_start == pytest.approx(-99)
+    assert build(history, gpu([proc(1, GiB)]), span_s=60.0).history_start is None
+    hl = build(history, gpu([proc(1, GiB)]), span_s=600.0).with_highlight((1, 1.0))
+    assert hl.history_start == pytest.approx(-99)
+
+
+def test_utilisation_is_decimated_with_the_curves_and_unknown_stays_unknown():
+    ticks = [GpuSample(index=0, name="GPU", uuid="GPU-x", memory_total=24 * GiB,
+                       memory_used=GiB, memory_free=None, utilization_gpu=float(i % 100))
+             for i in range(3000)]
+    history = feed(ticks)
+    data = build(history, ticks[-1], span_s=3600.0, width_px=200)
+    assert data.util is not None and data.util.shape == data.x.shape
+    assert np.nanmax(data.util) == 99 and np.nanmin(data.util) == 0
+    blind = [GpuSample(index=0, name="GPU", uuid="GPU-x", memory_total=24 * GiB,
+                       memory_used=GiB, memory_free=None, utilization_gpu=None)] * 10
+    assert build(feed(blind), blind[-1]).util is None
+    readout = build(history, ticks[-1], span_s=3600.0).readout_at(0.0)
+    assert readout is not None and readout.util == 99.0
+
+
+def test_the_overview_mini_history_is_the_device_total_decimated():
+    ticks = [gpu([proc(1, (i % 7) * GiB)]) for i in range(2000)]
+    history = feed(ticks)
+    x, used = device_series(history, "0", 3600.0, 50)
+    assert x.shape == used.shape and x.size <= 2 * 50
+    assert np.nanmax(used) == 6 * GiB + 300 * MiB
+    assert x[-1] == 0.0
+    assert device_series(History(CONFIG), "0", 600.0, 50)[0].size == 0

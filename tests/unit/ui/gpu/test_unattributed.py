@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from app.core.monitor.history import History, HistoryConfig
 from app.core.monitor.plot_data import shape
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
-from app.core.units import GiB, MiB, fmt_bytes, fmt_gib
+from app.core.units import GiB, MiB, fmt_bytes
 from app.ui.gpu.panel import GpuPanel
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 from app.ui.style import palette as pal
@@ -137,14 +137,14 @@ def test_unattributed_curve_has_its_own_colour_dash_and_legend_entry(panel):
     names = [name for _, name in panel.legend.entries]
     assert names[:3] == ["Device total", "Capacity", "Unattributed"]  # with the device
     row = panel.legend._rows[2]
-    assert row.value.text() == fmt_gib(TICKS[-1].unattributed_memory)
+    assert row.value.text() == fmt_bytes(TICKS[-1].unattributed_memory)
     assert "held by no process listed here" in row.name.toolTip()
     assert "other containers" in row.name.toolTip()
 
 
 def test_hover_reads_the_unattributed_figure_or_na(panel):
     view = draw(panel)
-    assert "Unattributed: 0.3 GiB" in panel.hover_text_at(float(view.t[-1]))
+    assert "Unattributed: 340 MiB" in panel.hover_text_at(float(view.t[-1]))
     assert "Unattributed: n/a" in panel.hover_text_at(float(view.t[2]))
 
 
@@ -181,7 +181,7 @@ def test_demo_window_shows_the_same_unattributed_figure_in_table_legend_and_core
         assert curve is not None
         assert curve.yData[-1] == pytest.approx(g.unattributed_memory / GiB)
         i = [k for k, _ in panel.legend.entries].index(UNATTRIBUTED_KEY)
-        assert panel.legend._rows[i].value.text() == fmt_gib(g.unattributed_memory)
+        assert panel.legend._rows[i].value.text() == fmt_bytes(g.unattributed_memory)
 
 
 def test_window_graph_leaves_a_gap_for_ticks_with_unattributed_unknown(window):

@@ -53,6 +53,7 @@ def test_default_demo_has_a_panel_per_gpu_and_every_process(window, demo_feed):
 
 def test_big_machine_eight_panels_and_aggregated_other(window, big_feed):
     snap = big_feed.step(window, 8)
+    window.gpu_area.select_gpu("3")  # shown in the overview (eight do not fit)
     window.refresh()
     assert len(window.panels) == 8
     assert table_pids(window) == snapshot_pids(snap)
@@ -193,12 +194,12 @@ def test_span_combo_changes_the_plotted_range(window, demo_feed):
     combo.setCurrentIndex(0)
     assert window.span_s == 60
     assert panel.x_range() == pytest.approx((-60, 0))
-    x, _ = panel.total_curve.getOriginalDataset()
+    x, _ = panel.total_curve.getData()
     assert x.min() >= -60.01 and x.max() == 0
     window.set_span(3600)
     assert combo.currentText() == "1 h"
     assert panel.x_range() == pytest.approx((-3600, 0))
-    x, _ = panel.total_curve.getOriginalDataset()
+    x, _ = panel.total_curve.getData()
     assert -90 <= x.min() < -85  # all 90 s of history (bucketed to about a pixel)
 
 
@@ -211,7 +212,7 @@ def test_refresh_draws_only_after_a_new_snapshot(window, demo_feed):
     assert window.plot_refreshes == drawn  # on_snapshot never draws
     window.refresh()
     assert window.plot_refreshes == drawn + 1
-    _, y = window.panels["0"].total_curve.getOriginalDataset()
+    _, y = window.panels["0"].total_curve.getData()
     assert len(y) == 4
     window.refresh()
     assert window.plot_refreshes == drawn + 1
@@ -230,7 +231,7 @@ def test_hover_readout(window, demo_feed):
     demo_feed.step(window, 4 * 30)
     window.refresh()
     text = window.panels["0"].hover_text_at(-10.0)
-    assert text.splitlines()[0] == "10s ago"
+    assert text.splitlines()[0] == "10 s ago"
     assert "Device total:" in text and "train.py (20417):" in text
 
 

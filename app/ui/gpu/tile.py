@@ -1,0 +1,142 @@
+"""A compact GPU tile for the overview strip: name, used/total, SM %, a mini history.
+
+With more GPUs than fit on screen the window shows one tile per GPU beside the
+selected GPU's full panel (as Task Manager's sidebar does); a click selects.
+One painted widget, no child labels: eight of them cost next to nothing per tick.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from app.core.monitor.samples import DeviceState, GpuSample
+from app.core.units import NA, fmt_bytes, fmt_percent
+from app.ui.style import palette as pal
+from app.ui.style.painting import fill_known_runs
+
+HEIGHT_PX = 74
+
+
+class GpuTile(QWidget):
+    """One GPU in the overview; ``clicked`` carries its ``display_id``."""
+
+    clicked = Signal(str)
+
+    def __init__(self, display_id: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.display_id = display_id
+        self.setObjectName("gpuTile")
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setFixedHeight(HEIGHT_PX)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.selected = False
+        self.title = f"GPU {display_id}"
+        self.name = ""
+        self.memory_text = NA
+        self.util_text = NA
+        self.fraction: float | None = None  # used / total now
+        self.state = DeviceState.OK
+        self._x = np.empty(0)
+        self._fractions = np.empty(0)
+        self.span_s = 600.0
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(220, HEIGHT_PX)
+
+    def set_sample(self, gpu: GpuSample) -> None:
+        """The latest figures (text only; the mini history waits for a refresh)."""
+        name = gpu.name.removeprefix("NVIDIA ")
+        if gpu.state is DeviceState.OK:
+            memory = f"{fmt_bytes(gpu.memory_used)} / {fmt_bytes(gpu.memory_total)}"
+            util = f"SM {fmt_percent(gpu.utilization_gpu)}"
+        else:
+            memory = "lost" if gpu.state is DeviceState.LOST else "error"
+            util = ""
+        changed = (name, memory, util, gpu.memory_fraction, gpu.state) != (
+            self.name, self.memory_text, self.util_text, self.fraction, self.state)
+        self.name, self.memory_text, self.util_text = name, memory, util
+        self.fraction, self.state = gpu.memory_fraction, gpu.state
+        self.setToolTip(f"GPU {gpu.display_id}: {gpu.name}\n{memory}")
+        if changed:
+            self.update()
+
+    def set_history(self, x: np.ndarray, used: np.ndarray, total: int | None,
+                    span_s: float) -> None:
+        """Device total over the span (bytes at ``x``), drawn as a share of ``total``."""
+        self.span_s = span_s
+        self._x = x
+        self._fractions = used / total if total else np.full(used.shape, np.nan)
+        self.update()
+
+    def set_selected(self, selected: bool) -> None:
+        if selected != self.selected:
+            self.selected = selected
+            self.update()
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.clicked.emit(self.display_id)
+        super().mousePressEvent(event)
+
+    # -- painting ---------------------------------------------------------------------
+    def paintEvent(self, event) -> None:  # noqa: N802
+        palette = self.palette()
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        box = QRectF(self.rect()).adjusted(1, 1, -1, -1)
+        border = palette.highlight().color() if self.selected else pal.faint(palette)
+        painter.setPen(QPen(border, 2 if self.selected else 1))
+        painter.setBrush(palette.base())
+        painter.drawRoundedRect(box, 8, 8)
+
+        inner = box.adjusted(10, 6, -10, -6)
+        fg, muted = pal.foreground(palette), pal.muted(palette)
+        bold = QFont(self.font())
+        bold.setBold(True)
+        painter.setFont(bold)
+        painter.setPen(fg)
+        line_h = painter.fontMetrics().height()
+        head = QRectF(inner.left(), inner.top(), inner.width(), line_h)
+        painter.drawText(head, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                         self.title)
+        title_w = painter.fontMetrics().horizontalAdvance(self.title) + 8
+        painter.setFont(self.font())
+        painter.setPen(muted)
+        name = painter.fontMetrics().elidedText(self.name, Qt.TextElideMode.ElideRight,
+                                                int(inner.width() - title_w))
+        painter.drawText(head.adjusted(title_w, 0, 0, 0),
+                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
+
+        figures = QRectF(inner.left(), head.bottom() + 1, inner.width(), line_h)
+        level = pal.level_for(self.fraction)
+        painter.setPen(fg if self.state is DeviceState.OK
+                       else QColor(pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]))
+        painter.drawText(figures, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                         self.memory_text)
+        painter.setPen(muted)
+        painter.drawText(figures, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                         self.util_text)
+
+        spark = QRectF(inner.left(), figures.bottom() + 4, inner.width(),
+                       max(inner.bottom() - figures.bottom() - 4, 6))
+        self._paint_history(painter, spark, pal.level_color(level, palette), palette)
+        painter.end()
+
+    def _paint_history(self, painter: QPainter, area: QRectF, color: QColor, palette) -> None:
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(pal.faint(palette))
+        painter.drawRect(area)
+        x, f = self._x, self._fractions
+        if x.size < 2:
+            return
+        px = area.left() + (1.0 + x / self.span_s) * area.width()
+        py = area.bottom() - np.clip(f, 0.0, 1.0) * area.height()
+        fill = QColor(color)
+        fill.setAlpha(150)
+        painter.save()
+        painter.setClipRect(area)
+        fill_known_runs(painter, px, py, area.bottom(), fill)
+        painter.restore()

@@ -1,0 +1,233 @@
+"""The GPU area of the main window: every GPU's panel, or an overview and one panel.
+
+Two arrangements, chosen from the room there is (never from the GPU count alone):
+
+* **all**: every panel in a grid (two columns on a wide area); the panels share
+  the spare height, so their plots grow with the window;
+* **overview**: when the panels at their minimum height do not fit, a strip of
+  compact tiles (used/total, SM %, a mini history) beside the selected GPU's
+  full panel, as Task Manager's sidebar does.  Hidden panels are not drawn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.monitor.history import History
+from app.core.monitor.plot_data import device_series
+from app.core.monitor.samples import GpuSample
+from app.ui.gpu.panel import GpuPanel
+from app.ui.gpu.tile import GpuTile
+from app.ui.window.texts import display_order
+
+TWO_COLUMNS_FROM = 1400  # px of the area's width, for the "all" arrangement
+TILE_STRIP_WIDTH = 232  # px
+TILE_BUCKETS = 96  # mini-history points per tile
+
+
+class GpuArea(QWidget):
+    """Owns the panels and tiles; the window feeds it samples and asks what to draw."""
+
+    #: The user picked a GPU in the overview (its display id).
+    gpu_selected = Signal(str)
+    #: The arrangement changed ("all" or "overview").
+    arrangement_changed = Signal(str)
+
+    def __init__(self, make_panel: Callable[[str], GpuPanel],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._make_panel = make_panel
+        self.panels: dict[str, GpuPanel] = {}
+        self.tiles: dict[str, GpuTile] = {}
+        self.arrangement = "all"
+        self.selected: str | None = None
+        self.columns = 1
+        self._tiles_drawn: tuple[float, float] | None = None  # (monotonic time, span)
+
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(10)
+        self.tile_scroll = QScrollArea(self)
+        self.tile_scroll.setObjectName("tileScroll")
+        self.tile_scroll.setWidgetResizable(True)
+        self.tile_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.tile_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.tile_scroll.setFixedWidth(TILE_STRIP_WIDTH)
+        tiles_host = QWidget(self.tile_scroll)
+        tiles_host.setObjectName("tilesHost")
+        self.tiles_layout = QVBoxLayout(tiles_host)
+        self.tiles_layout.setContentsMargins(0, 0, 6, 0)
+        self.tiles_layout.setSpacing(6)
+        self.tiles_layout.addStretch(1)
+        self.tile_scroll.setWidget(tiles_host)
+        self.tile_scroll.hide()
+
+        self.scroll = QScrollArea(self)
+        self.scroll.setObjectName("gpuScroll")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.panels_host = QWidget(self.scroll)
+        self.panels_host.setObjectName("panelsHost")
+        self.grid = QGridLayout(self.panels_host)
+        self.grid.setContentsMargins(0, 0, 4, 0)
+        self.grid.setSpacing(12)
+        self.empty_label = QLabel("Waiting for the first sample…", self.panels_host)
+        self.empty_label.setObjectName("secondary")
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.grid.addWidget(self.empty_label, 0, 0)
+        self.scroll.setWidget(self.panels_host)
+        row.addWidget(self.tile_scroll, 0)
+        row.addWidget(self.scroll, 1)
+
+    # -- samples -------------------------------------------------------------------------
+    def update_gpus(self, gpus: Iterable[GpuSample]) -> list[GpuPanel]:
+        """Make, update and drop panels and tiles for ``gpus``; the new panels."""
+        seen: set[str] = set()
+        added: list[GpuPanel] = []
+        for gpu in gpus:
+            did = gpu.display_id
+            seen.add(did)
+            panel = self.panels.get(did)
+            if panel is None:
+                panel = self.panels[did] = self._make_panel(did)
+                tile = self.tiles[did] = GpuTile(did, self)
+                tile.clicked.connect(self._on_tile_clicked)
+                added.append(panel)
+            panel.update_sample(gpu)
+            self.tiles[did].set_sample(gpu)
+        gone = [d for d in self.panels if d not in seen]
+        for did in gone:
+            panel = self.panels.pop(did)
+            self.grid.removeWidget(panel)
+            panel.deleteLater()
+            self.tiles.pop(did).deleteLater()
+        if added or gone:
+            if self.selected not in self.panels:
+                self.selected = self.ordered()[0] if self.panels else None
+            self.arrange()
+        return added
+
+    def ordered(self) -> list[str]:
+        return sorted(self.panels, key=display_order)
+
+    # -- arrangement ---------------------------------------------------------------------
+    def wanted_arrangement(self) -> tuple[str, int]:
+        """("all" | "overview", columns) for the room the area has now."""
+        n = len(self.panels)
+        if n <= 1 or not self.isVisible():
+            return "all", 1  # a window never shown has no room to measure
+        cols = 2 if self.width() >= TWO_COLUMNS_FROM else 1
+        rows = -(-n // cols)
+        need = sum(sorted((p.minimumHeight() for p in self.panels.values()),
+                          reverse=True)[:rows]) + (rows - 1) * self.grid.spacing()
+        room = self.height()
+        if room <= 0 or need <= room:
+            return "all", cols
+        return "overview", 1
+
+    def arrange(self) -> None:
+        """Lay the panels (and tiles) out for the room there is."""
+        arrangement, cols = self.wanted_arrangement()
+        changed = arrangement != self.arrangement
+        self.arrangement, self.columns = arrangement, cols
+        grid = self.grid
+        while grid.count():
+            grid.takeAt(0)
+        for r in range(grid.rowCount()):
+            grid.setRowStretch(r, 0)
+        self.empty_label.setVisible(not self.panels)
+        if not self.panels:
+            grid.addWidget(self.empty_label, 0, 0)
+            self.tile_scroll.hide()
+            return
+        order = self.ordered()
+        if arrangement == "overview":
+            shown = [self.selected or order[0]]
+        else:
+            shown = order
+        for did, panel in self.panels.items():
+            panel.setVisible(did in shown)
+        for i, did in enumerate(shown):
+            grid.addWidget(self.panels[did], i // cols, i % cols)
+            grid.setRowStretch(i // cols, 1)  # the panels share the spare height
+        for c in range(2):
+            grid.setColumnStretch(c, 1 if c < cols else 0)
+        self._arrange_tiles(order)
+        self._tiles_drawn = None  # new tiles, or shown again: draw their history next
+        self.tile_scroll.setVisible(arrangement == "overview")
+        grid.activate()
+        if changed:
+            self.arrangement_changed.emit(arrangement)
+
+    def _arrange_tiles(self, order: list[str]) -> None:
+        lay = self.tiles_layout
+        while lay.count():
+            lay.takeAt(0)
+        for did in order:
+            tile = self.tiles[did]
+            tile.set_selected(did == self.selected)
+            lay.addWidget(tile)
+        lay.addStretch(1)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self.panels and self.wanted_arrangement() != (self.arrangement, self.columns):
+            # Later, once: a resize inside a layout pass must not re-enter it.
+            QTimer.singleShot(0, self.arrange)
+
+    # -- selection -----------------------------------------------------------------------
+    def select_gpu(self, display_id: str) -> None:
+        """Show ``display_id``'s panel (in the overview) and scroll it into view."""
+        if display_id not in self.panels:
+            return
+        if display_id != self.selected:
+            self.selected = display_id
+            for did, tile in self.tiles.items():
+                tile.set_selected(did == display_id)
+            if self.arrangement == "overview":
+                self.arrange()
+        if self.isVisible() and self.arrangement == "all":
+            self.scroll.ensureWidgetVisible(self.panels[display_id], 0, 0)
+
+    def _on_tile_clicked(self, display_id: str) -> None:
+        self.select_gpu(display_id)
+        self.gpu_selected.emit(display_id)
+
+    # -- what to draw --------------------------------------------------------------------
+    def on_screen(self, panel: GpuPanel) -> bool:
+        """Whether ``panel`` is shown: not hidden by the overview, not scrolled away."""
+        if panel.isHidden():
+            return False
+        if not self.isVisible() or not panel.isVisible():
+            return True  # not laid out yet: draw rather than risk a blank plot
+        viewport = self.scroll.viewport()
+        top_left = panel.mapTo(viewport, QPoint(0, 0))
+        return QRect(top_left, panel.size()).intersects(viewport.rect())
+
+    def refresh_tiles(self, history: History, span_s: float) -> None:
+        """The tiles' mini histories (only while the overview shows them), about once
+        per tile pixel of time: at 1 h one point of a tile holds ~40 s."""
+        if self.arrangement != "overview":
+            self._tiles_drawn = None
+            return
+        now = time.monotonic()
+        if self._tiles_drawn is not None:
+            at, span = self._tiles_drawn
+            if span == span_s and now - at < max(1.0, span_s / TILE_BUCKETS / 2):
+                return
+        self._tiles_drawn = (now, span_s)
+        for did, tile in self.tiles.items():
+            x, used = device_series(history, did, span_s, TILE_BUCKETS)
+            tile.set_history(x, used, self.panels[did].memory_total, span_s)
