@@ -88,6 +88,7 @@ class GpuPanel(QFrame):
         self.unload_markers, self.reload_markers = markers.unload, markers.reload
         self.legend = LegendPanel(self)
         self.util_strip = UtilStrip(self)
+        self.util_strip.follow(self._plot_extent)
         plots = QVBoxLayout()
         plots.setSpacing(2)
         plots.addWidget(self.plot, 1)
@@ -343,7 +344,6 @@ class GpuPanel(QFrame):
 
     def _draw(self, data: PlotData) -> None:
         self.plot.draw(data, self.palette())
-        self.util_strip.plot_extent = self._plot_extent()
         self.util_strip.set_data(data.x, data.util, self.span_s)
         self.legend.set_entries(data.legend, self.plot.color_of, self._tip)
 

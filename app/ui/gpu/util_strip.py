@@ -8,6 +8,9 @@ far cheaper than a second pyqtgraph plot per GPU.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
@@ -33,8 +36,7 @@ class UtilStrip(QWidget):
         self.now_percent: float | None = None  # the latest sample's figure
         self._x = np.empty(0)
         self._y = np.empty(0)
-        #: Horizontal extent of the plot's view box in this widget (left px, width px).
-        self.plot_extent: tuple[float, float] | None = None
+        self._extent_source: weakref.WeakMethod | None = None
         self.setToolTip("SM utilisation: the share of time a kernel ran on the GPU "
                         "(NVML utilization.gpu), over the same time as the VRAM graph")
 
@@ -52,11 +54,20 @@ class UtilStrip(QWidget):
             self.now_percent = percent
             self.update()
 
+    def follow(self, source: Callable[[], tuple[float, float] | None]) -> None:
+        """Where the plot's view box lies in this widget, horizontally (left px, width
+        px), asked at every paint so it follows the layout.  ``source`` is a bound
+        method of the panel, held weakly: no cycle keeps a closed panel alive."""
+        self._extent_source = weakref.WeakMethod(source)
+
+    def extent(self) -> tuple[float, float]:
+        """(left px, width px) of the strip's plotting area: under the plot's view box."""
+        source = self._extent_source() if self._extent_source is not None else None
+        extent = source() if source is not None else None
+        return extent if extent is not None else (52.0, float(self.width() - 52))
+
     def _area(self) -> QRectF:
-        if self.plot_extent is not None:
-            left, width = self.plot_extent
-        else:
-            left, width = 52.0, float(self.width() - 52)
+        left, width = self.extent()
         return QRectF(left, 3.0, max(width, 1.0), self.height() - 6.0)
 
     def paintEvent(self, event) -> None:  # noqa: N802

@@ -6,7 +6,8 @@ Two arrangements, chosen from the room there is (never from the GPU count alone)
   the spare height, so their plots grow with the window;
 * **overview**: when the panels at their minimum height do not fit, a strip of
   compact tiles (used/total, SM %, a mini history) beside the selected GPU's
-  full panel, as Task Manager's sidebar does.  Hidden panels are not drawn.
+  full panel, as Task Manager's sidebar does.  A panel is made when first
+  shown; hidden ones are not drawn.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from PySide6.QtWidgets import (
 from app.core.monitor.history import History
 from app.core.monitor.plot_data import device_series
 from app.core.monitor.samples import GpuSample
-from app.ui.gpu.panel import GpuPanel
+from app.ui.gpu.panel import MIN_HEIGHT, GpuPanel
 from app.ui.gpu.tile import GpuTile
 from app.ui.window.texts import display_order
 
@@ -50,7 +51,8 @@ class GpuArea(QWidget):
         super().__init__(parent)
         self._make_panel = make_panel
         self.panels: dict[str, GpuPanel] = {}
-        self.tiles: dict[str, GpuTile] = {}
+        self.tiles: dict[str, GpuTile] = {}  # every GPU has one
+        self.samples: dict[str, GpuSample] = {}  # the latest sample of every GPU
         self.arrangement = "all"
         self.selected: str | None = None
         self.columns = 1
@@ -92,46 +94,61 @@ class GpuArea(QWidget):
         row.addWidget(self.scroll, 1)
 
     # -- samples -------------------------------------------------------------------------
-    def update_gpus(self, gpus: Iterable[GpuSample]) -> list[GpuPanel]:
-        """Make, update and drop panels and tiles for ``gpus``; the new panels."""
+    def update_gpus(self, gpus: Iterable[GpuSample]) -> None:
+        """Make, update and drop tiles (and the panels made so far) for ``gpus``.
+
+        A panel is made when it is first shown (:meth:`arrange`): behind the
+        overview, a GPU costs a tile, not a plot."""
         seen: set[str] = set()
-        added: list[GpuPanel] = []
+        added = False
         for gpu in gpus:
             did = gpu.display_id
             seen.add(did)
-            panel = self.panels.get(did)
-            if panel is None:
-                panel = self.panels[did] = self._make_panel(did)
+            self.samples[did] = gpu
+            tile = self.tiles.get(did)
+            if tile is None:
                 tile = self.tiles[did] = GpuTile(did, self)
                 tile.clicked.connect(self._on_tile_clicked)
-                added.append(panel)
-            panel.update_sample(gpu)
-            self.tiles[did].set_sample(gpu)
-        gone = [d for d in self.panels if d not in seen]
+                added = True
+            tile.set_sample(gpu)
+            panel = self.panels.get(did)
+            if panel is not None:
+                panel.update_sample(gpu)
+        gone = [d for d in self.tiles if d not in seen]
         for did in gone:
-            panel = self.panels.pop(did)
-            self.grid.removeWidget(panel)
-            panel.deleteLater()
             self.tiles.pop(did).deleteLater()
+            self.samples.pop(did, None)
+            panel = self.panels.pop(did, None)
+            if panel is not None:
+                self.grid.removeWidget(panel)
+                panel.deleteLater()
         if added or gone:
-            if self.selected not in self.panels:
-                self.selected = self.ordered()[0] if self.panels else None
+            if self.selected not in self.tiles:
+                self.selected = self.ordered()[0] if self.tiles else None
             self.arrange()
-        return added
 
     def ordered(self) -> list[str]:
-        return sorted(self.panels, key=display_order)
+        return sorted(self.tiles, key=display_order)
+
+    def _panel(self, did: str) -> GpuPanel:
+        """``did``'s panel, made (with the latest sample) on first use."""
+        panel = self.panels.get(did)
+        if panel is None:
+            panel = self.panels[did] = self._make_panel(did)
+            panel.update_sample(self.samples[did])
+        return panel
 
     # -- arrangement ---------------------------------------------------------------------
     def wanted_arrangement(self) -> tuple[str, int]:
         """("all" | "overview", columns) for the room the area has now."""
-        n = len(self.panels)
+        n = len(self.tiles)
         if n <= 1 or not self.isVisible():
             return "all", 1  # a window never shown has no room to measure
         cols = 2 if self.width() >= TWO_COLUMNS_FROM else 1
         rows = -(-n // cols)
-        need = sum(sorted((p.minimumHeight() for p in self.panels.values()),
-                          reverse=True)[:rows]) + (rows - 1) * self.grid.spacing()
+        made = [p.minimumHeight() for p in self.panels.values()]
+        unmade = [max(made, default=MIN_HEIGHT)] * (n - len(made))  # as tall as the tallest
+        need = sum(sorted(made + unmade, reverse=True)[:rows]) + (rows - 1) * self.grid.spacing()
         room = self.height()
         if room <= 0 or need <= room:
             return "all", cols
@@ -147,8 +164,8 @@ class GpuArea(QWidget):
             grid.takeAt(0)
         for r in range(grid.rowCount()):
             grid.setRowStretch(r, 0)
-        self.empty_label.setVisible(not self.panels)
-        if not self.panels:
+        self.empty_label.setVisible(not self.tiles)
+        if not self.tiles:
             grid.addWidget(self.empty_label, 0, 0)
             self.tile_scroll.hide()
             return
@@ -160,7 +177,9 @@ class GpuArea(QWidget):
         for did, panel in self.panels.items():
             panel.setVisible(did in shown)
         for i, did in enumerate(shown):
-            grid.addWidget(self.panels[did], i // cols, i % cols)
+            panel = self._panel(did)
+            panel.setVisible(True)
+            grid.addWidget(panel, i // cols, i % cols)
             grid.setRowStretch(i // cols, 1)  # the panels share the spare height
         for c in range(2):
             grid.setColumnStretch(c, 1 if c < cols else 0)
@@ -183,14 +202,14 @@ class GpuArea(QWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
-        if self.panels and self.wanted_arrangement() != (self.arrangement, self.columns):
+        if self.tiles and self.wanted_arrangement() != (self.arrangement, self.columns):
             # Later, once: a resize inside a layout pass must not re-enter it.
             QTimer.singleShot(0, self.arrange)
 
     # -- selection -----------------------------------------------------------------------
     def select_gpu(self, display_id: str) -> None:
         """Show ``display_id``'s panel (in the overview) and scroll it into view."""
-        if display_id not in self.panels:
+        if display_id not in self.tiles:
             return
         if display_id != self.selected:
             self.selected = display_id
@@ -198,7 +217,7 @@ class GpuArea(QWidget):
                 tile.set_selected(did == display_id)
             if self.arrangement == "overview":
                 self.arrange()
-        if self.isVisible() and self.arrangement == "all":
+        if self.isVisible() and self.arrangement == "all" and display_id in self.panels:
             self.scroll.ensureWidgetVisible(self.panels[display_id], 0, 0)
 
     def _on_tile_clicked(self, display_id: str) -> None:
@@ -230,4 +249,4 @@ class GpuArea(QWidget):
         self._tiles_drawn = (now, span_s)
         for did, tile in self.tiles.items():
             x, used = device_series(history, did, span_s, TILE_BUCKETS)
-            tile.set_history(x, used, self.panels[did].memory_total, span_s)
+            tile.set_history(x, used, self.samples[did].memory_total, span_s)

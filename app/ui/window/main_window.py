@@ -287,11 +287,13 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         area = self.gpu_area
         area.update_gpus(snapshot.gpus)
         for gpu in snapshot.gpus:
-            panel = self._panels[gpu.display_id]
+            panel = self._panels.get(gpu.display_id)
+            if panel is None:
+                continue  # behind the overview, not made yet
             if agents or not panel.agent_section.isHidden():
                 gpu_busy = bool(busy) and any(p.pid in busy for p in gpu.processes)
                 panel.update_agents(gpu, agents, gpu_busy, can_act)
-        if area.panels and area.wanted_arrangement() != (area.arrangement, area.columns):
+        if area.tiles and area.wanted_arrangement() != (area.arrangement, area.columns):
             area.arrange()  # a panel's minimum height changed (its PyTorch section)
         self.table.update_snapshot(snapshot)
         self._update_summary(snapshot)
@@ -385,7 +387,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
                 panel.highlighted_key = wanted
                 # Fetch again: the view held only the curves shown until now.
                 self._refresh_panel(did, panel)
-        if display_id in self._panels:
+        if display_id is not None:
             self.gpu_area.select_gpu(display_id)
 
     def _make_panel(self, did: str) -> GpuPanel:
@@ -395,6 +397,10 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
             panel.highlight(self._selection[1])
         panel.agent_section.free_all_requested.connect(functools.partial(self.free_all_caches, did))
         panel.agent_section.details_requested.connect(self.open_details)
+        latest = self._latest
+        gpu = next((g for g in latest.gpus if g.display_id == did), None) if latest else None
+        if gpu is not None and latest is not None and latest.agents:
+            panel.update_agents(gpu, latest.agents, False, self.controller.available)
         return panel
 
     def resizeEvent(self, event) -> None:  # noqa: N802

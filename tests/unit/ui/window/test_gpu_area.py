@@ -67,15 +67,19 @@ def test_more_gpus_than_fit_get_an_overview_of_tiles_and_one_full_panel(window, 
     assert tile.selected and not area.tiles["0"].selected
 
 
-def test_only_the_panel_on_screen_is_drawn_in_the_overview(window, big_feed, qtbot):
+def test_behind_the_overview_a_gpu_costs_a_tile_not_a_panel(window, big_feed, qtbot):
     shown(window, qtbot, 1280, 720)
     big_feed.step(window, 8)
     window.refresh(force=True)
+    assert set(window.panels) == {"0"} and len(window.gpu_area.tiles) == 8
     assert not window.panels["0"].plot_dirty
-    assert all(window.panels[d].plot_dirty for d in "1234567")
     window.gpu_area.tiles["3"].clicked.emit("3")
     qtbot.wait(20)
-    assert not window.panels["3"].plot_dirty  # drawn as it was selected
+    panel = window.panels["3"]  # made when first shown, with the latest figures
+    gpu = next(g for g in window.latest.gpus if g.display_id == "3")
+    assert panel.memory_text().startswith(fmt_bytes(gpu.memory_used))
+    assert not panel.plot_dirty  # and drawn as it was selected
+    assert not window.panels["0"].isVisible()
 
 
 def test_the_tiles_mini_history_follows_the_device_total(window, big_feed, qtbot):
@@ -134,7 +138,7 @@ def test_the_utilisation_strip_shows_sm_percent_over_the_span(window, demo_feed,
     assert strip._y.size == strip._x.size > 10
     assert np.nanmax(strip._y) <= 100
     # Aligned with the plot's view box.
-    left, width = strip.plot_extent
+    left, width = strip.extent()
     vb = window.panels["0"].plot.getPlotItem().getViewBox()
     assert width == pytest.approx(vb.width(), abs=1)
     assert left > 30
