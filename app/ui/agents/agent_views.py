@@ -62,6 +62,7 @@ from app.ui.gpu.torch_memory import (
     free_button_text,
 )
 from app.ui.style import palette as pal
+from app.ui.style.sort_header import SortHeader
 
 # -- detail view --------------------------------------------------------------------------------
 
@@ -196,6 +197,8 @@ class ProcessDetailView(ModelControls, QDialog):
         self.model_proxy.setDynamicSortFilter(True)
         self.models_view = QTableView(self)
         self.models_view.setObjectName("modelTable")
+        self.models_view.setHorizontalHeader(
+            SortHeader(Qt.Orientation.Horizontal, self.models_view))
         self.models_view.setModel(self.model_proxy)
         self.models_view.setItemDelegateForColumn(MCOL_STATE, BadgeDelegate(self.models_view))
         self.models_view.setSortingEnabled(True)

@@ -201,6 +201,9 @@ class AutoUnloadControl(QToolButton):
         self.setObjectName("autoUnloadButton")
         self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        # Room for the menu arrow after the text (under a style sheet Qt draws it over
+        # the last characters).
+        self.setStyleSheet("QToolButton#autoUnloadButton { padding-right: 16px; }")
         self.menu_ = QMenu(self)
         self.form = AutoUnloadForm(settings, self.menu_)
         action = QWidgetAction(self.menu_)

@@ -21,13 +21,13 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QMenu,
     QStyle,
-    QStyleOptionHeader,
     QTableView,
     QWidget,
 )
 
 from app.core.agents.types import AgentReport
 from app.core.monitor.samples import HostStatus, Snapshot
+from app.ui.style.sort_header import SortHeader
 from app.ui.window.process_model import ProcessSortProxy, ProcessTableModel
 from app.ui.window.process_rows import (
     AGENT_ROLE,
@@ -54,22 +54,6 @@ from app.ui.window.process_rows import (
 
 #: How long after the pointer left the rows they take their sorted order again.
 RESUME_MS = 1000
-
-
-class SortHeader(QHeaderView):
-    """A header whose sort arrow points the way the values run: ▼ largest first.
-
-    (QHeaderView hands the style "sort up" for a descending column, which Fusion
-    draws as ▲.)"""
-
-    def initStyleOptionForIndex(self, option: QStyleOptionHeader,  # noqa: N802
-                                logical_index: int) -> None:
-        super().initStyleOptionForIndex(option, logical_index)
-        if option.sortIndicator != QStyleOptionHeader.SortIndicator.None_:
-            option.sortIndicator = (
-                QStyleOptionHeader.SortIndicator.SortDown
-                if self.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
-                else QStyleOptionHeader.SortIndicator.SortUp)
 
 
 class ProcessTable(QTableView):
