@@ -14,49 +14,19 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
-import psutil
-
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks._app import app_env, cpu_percent, running_app
 
 
 def demo_cpu(scenario: str | None, seconds: float, windows: int, warmup_s: float) -> list[float]:
     """CPU % of one core of ``main.py --demo`` in each of ``windows`` measured windows."""
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "run").mkdir(mode=0o700)
-        env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-        env |= {"QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(REPO),
-                "VRAM_STEWARD_SETTINGS": f"{tmp}/settings.ini",
-                "VRAM_STEWARD_INSTANCE": f"{tmp}/run/gui.sock",
-                "DBUS_SESSION_BUS_ADDRESS": f"unix:path={tmp}/no-bus"}
         demo = "--demo" if scenario is None else f"--demo={scenario}"
-        app = subprocess.Popen([sys.executable, str(REPO / "main.py"), demo, "--period", "0.25"],
-                               env=env, cwd=REPO, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
-        try:
-            proc = psutil.Process(app.pid)
-            time.sleep(warmup_s)
-            if app.poll() is not None:
-                raise SystemExit(f"the app exited: {app.stderr.read().decode()[-2000:]}")
-            figures = []
-            for _ in range(windows):
-                t0, c0 = time.monotonic(), sum(proc.cpu_times()[:2])
-                time.sleep(seconds)
-                t1, c1 = time.monotonic(), sum(proc.cpu_times()[:2])
-                figures.append((c1 - c0) / (t1 - t0) * 100)
-        finally:
-            app.terminate()
-            try:
-                app.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                app.kill()
-                app.wait()
-    return figures
+        with running_app([demo, "--period", "0.25"], app_env(tmp, os.environ),
+                         warmup_s) as proc:
+            return [cpu_percent(proc, seconds)[0] for _ in range(windows)]
 
 
 def main() -> int:

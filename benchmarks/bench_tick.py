@@ -223,43 +223,21 @@ def run_child(env: dict[str, str], rounds: int, warmup: int) -> dict:
 
 def gui_cpu(gpus: int, per_gpu: int, seconds: float, warmup_s: float = 10.0) -> dict:
     """The whole app at 4 Hz through the fake: CPU % of one core over ``seconds``."""
-    import psutil
-
+    from benchmarks._app import app_env, cpu_percent, running_app
     from tests.fakes import nvml_abi
 
     with nvml_abi.Helpers(gpus * per_gpu) as pids, tempfile.TemporaryDirectory() as tmp:
         fake = nvml_abi.server(list(nvml_abi.chunks(pids, per_gpu)), seed=11)
         config = fake.write(Path(tmp) / "nvml.conf")
-        env = fake.env(nvml_abi.build("current"), config, counts=Path(tmp) / "counts")
-        (Path(tmp) / "run").mkdir(mode=0o700)
-        env = {k: v for k, v in env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-        env |= {"QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(REPO),
-                # Its own settings and instance socket: never the user's running app.
-                "VRAM_STEWARD_SETTINGS": f"{tmp}/settings.ini",
-                "VRAM_STEWARD_INSTANCE": f"{tmp}/run/gui.sock",
-                "DBUS_SESSION_BUS_ADDRESS": f"unix:path={tmp}/no-bus"}
-        app = subprocess.Popen([sys.executable, str(REPO / "main.py"), "--period", "0.25"], env=env,
-                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            proc = psutil.Process(app.pid)
-            time.sleep(warmup_s)
-            if app.poll() is not None:
-                raise SystemExit(f"the app exited: {app.stderr.read().decode()[-2000:]}")
-            t0, c0 = time.monotonic(), sum(proc.cpu_times()[:2])
-            time.sleep(seconds)
-            t1, c1 = time.monotonic(), sum(proc.cpu_times()[:2])
-        finally:
-            app.terminate()
-            try:
-                app.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                app.kill()
-                app.wait()
+        env = app_env(tmp, fake.env(nvml_abi.build("current"), config,
+                                    counts=Path(tmp) / "counts"))
+        with running_app(["--period", "0.25"], env, warmup_s) as proc:
+            percent, measured_s = cpu_percent(proc, seconds)
         calls = nvml_abi.read_counts((Path(tmp) / "counts").read_text()) \
             if (Path(tmp) / "counts").exists() else {}
     ticks = calls.get("nvmlDeviceGetPowerUsage", 0) / gpus  # over warm-up and window
-    return {"gpus": gpus, "processes_per_gpu": per_gpu, "seconds": round(t1 - t0, 1),
-            "cpu_percent_of_one_core": round((c1 - c0) / (t1 - t0) * 100, 2),
+    return {"gpus": gpus, "processes_per_gpu": per_gpu, "seconds": round(measured_s, 1),
+            "cpu_percent_of_one_core": round(percent, 2),
             "ticks_seen_by_the_driver": int(ticks)}
 
 
