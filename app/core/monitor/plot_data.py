@@ -18,7 +18,7 @@ memory is NaN (a gap), never 0.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import cast
 
@@ -240,10 +240,7 @@ def device_series(history: History, display_id: str, span_s: float, buckets: int
     view = history.view(display_id, span_s, ())
     if view.t.size == 0:
         return np.empty(0), np.empty(0)
-    x, ys = peak_decimate(view.t, view.used[np.newaxis, :], max(8, buckets))
-    gaps = find_gaps(view.t)
-    if gaps:
-        x, ys = break_at_gaps(x, ys, gaps)
+    x, ys, _ = decimate(view.t, view.used[np.newaxis, :], max(8, buckets))
     return x, ys[0]
 
 
@@ -298,10 +295,7 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
     if n_rest:
         _fill_other(matrix[1 + len(top)], matrix[1:1 + len(top)], view,
                     [view.processes[k] for k in rest_keys])
-    x, ys = peak_decimate(t, matrix, max(MIN_BUCKETS, width_px or DEFAULT_WIDTH_PX))
-    gaps = find_gaps(t)
-    if gaps:
-        x, ys = break_at_gaps(x, ys, gaps)
+    x, ys, gaps = decimate(t, matrix, max(MIN_BUCKETS, width_px or DEFAULT_WIDTH_PX))
 
     rows = iter(ys)
     total = Series(TOTAL_KEY, Role.TOTAL, next(rows))
@@ -322,11 +316,9 @@ def shape(view: SeriesView, inputs: PlotInputs, width_px: int = DEFAULT_WIDTH_PX
     other = None
     if n_rest:
         other = Series(OTHER_KEY, Role.OTHER, next(rows), Style.DASHED, False, dim)
-        running = [v for k, v in live.items() if k not in top]
-        others_now = sum(v or 0 for v in running)
         legend.append(LegendEntry(OTHER_KEY, Role.OTHER, f"Other processes ({n_rest})",
-                                  float(others_now), Style.DASHED, False, dim,
-                                  ended=not running))
+                                  others_now(live, top), Style.DASHED, False, dim,
+                                  ended=all(k in top for k in live)))
     extra_series = None
     if extra is not None:
         extra_series = Series(extra, Role.PROCESS, next(rows), Style.SOLID, True, False)
@@ -359,6 +351,23 @@ def _fill_other(other: np.ndarray, top_rows: np.ndarray, view: SeriesView,
     absent = np.isnan(block)
     np.add.reduce(np.where(absent, np.float32(0), block), axis=0, out=other)
     other[absent.all(axis=0)] = np.nan
+
+
+def others_now(live: Mapping[ProcessKey, int | None], top: Collection[Hashable]) -> float:
+    """Bytes the running processes outside ``top`` hold now ("Other processes")."""
+    return float(sum(v or 0 for k, v in live.items() if k not in top))
+
+
+def values_now(inputs: PlotInputs, top: Collection[Hashable]) -> dict[Hashable, float | None]:
+    """Every legend row's figure in the latest sample, by key: the device total,
+    capacity, unattributed, each running process and "other" beside ``top``.  The
+    panel sets them on every tick; the plot behind them may be minutes old."""
+    values: dict[Hashable, float | None] = {
+        TOTAL_KEY: inputs.memory_used, LIMIT_KEY: inputs.memory_total,
+        UNATTRIBUTED_KEY: inputs.unattributed}
+    values.update(inputs.live)
+    values[OTHER_KEY] = others_now(inputs.live, top)
+    return values
 
 
 def _process_entry(key: ProcessKey, label: str, live: Mapping[ProcessKey, int | None],
@@ -401,6 +410,16 @@ def peak_decimate(t: np.ndarray, ys: np.ndarray, buckets: int
             np.fmin(lo, col, out=lo)
     x = np.repeat(t[start + ds - 1::ds], 2)
     return x, out.reshape(k, -1)
+
+
+def decimate(t: np.ndarray, ys: np.ndarray, buckets: int
+             ) -> tuple[np.ndarray, np.ndarray, tuple[tuple[float, float], ...]]:
+    """:func:`peak_decimate`, then a break inside every gap of ``t``: (x, ys, gaps)."""
+    x, ys = peak_decimate(t, ys, buckets)
+    gaps = find_gaps(t)
+    if gaps:
+        x, ys = break_at_gaps(x, ys, gaps)
+    return x, ys, gaps
 
 
 def find_gaps(t: np.ndarray, min_gap_s: float = 2.0) -> tuple[tuple[float, float], ...]:

@@ -27,13 +27,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.monitor.plot_data import (
-    LIMIT_KEY,
-    OTHER_KEY,
-    TOTAL_KEY,
     UNATTRIBUTED_KEY,
     LegendEntry,
     PlotData,
     PlotInputs,
+    values_now,
 )
 from app.core.monitor.samples import DeviceState, GpuSample
 from app.core.units import NA, fmt_bytes, fmt_percent
@@ -247,7 +245,8 @@ class GpuPanel(QFrame):
                 f"reserved {fmt_bytes(gpu.memory_reserved)}, total {fmt_bytes(gpu.memory_total)}")
             self.util_label[1].setText(fmt_percent(gpu.utilization_gpu))
             self.util_strip.set_now(gpu.utilization_gpu)
-            self.legend.update_values(self._values_now(gpu))
+            top = self.plot.data.top_keys if self.plot.data is not None else ()
+            self.legend.update_values(values_now(PlotInputs.from_gpu(gpu), top))
             self.temp_label[1].setText(fmt_temp(gpu.temperature))
             self.power_label[1].setText(fmt_watts(gpu.power_draw, gpu.power_limit))
             notes = "\n".join(f"{k}: {v}" for k, v in gpu.notes.items())
@@ -267,20 +266,6 @@ class GpuPanel(QFrame):
             self.memory_label.setText(NA)
         if state_changed:
             self._style_state()
-
-    def _values_now(self, gpu: GpuSample) -> dict[Hashable, float | None]:
-        """The legend's figures from this sample (the plot may be minutes old)."""
-        values: dict[Hashable, float | None] = {
-            TOTAL_KEY: gpu.memory_used, LIMIT_KEY: gpu.memory_total,
-            UNATTRIBUTED_KEY: gpu.unattributed_memory}
-        top = set(self.plot.data.top_keys) if self.plot.data is not None else set()
-        other = 0
-        for p in gpu.processes:
-            values[p.key] = p.gpu_memory
-            if p.key not in top:
-                other += p.gpu_memory or 0
-        values[OTHER_KEY] = other
-        return values
 
     def update_agents(self, gpu: GpuSample, agents: Mapping, busy: bool = False,
                       can_act: bool = False) -> None:
