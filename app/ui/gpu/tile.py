@@ -59,8 +59,8 @@ class GpuTile(QWidget):
             self.name, self.memory_text, self.util_text, self.fraction, self.state)
         self.name, self.memory_text, self.util_text = name, memory, util
         self.fraction, self.state = gpu.memory_fraction, gpu.state
-        self.setToolTip(f"GPU {gpu.display_id}: {gpu.name}\n{memory}")
         if changed:
+            self.setToolTip(f"GPU {gpu.display_id}: {gpu.name}\n{memory}")
             self.update()
 
     def set_history(self, x: np.ndarray, used: np.ndarray, total: int | None,

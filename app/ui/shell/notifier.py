@@ -190,7 +190,8 @@ class AlertBanner(QWidget):
 
     def _style(self) -> None:
         # Opaque: the content under the banner must not show through its text.
-        edge = QColor("#D55E00" if self.kind == "alert" else "#2F7FD0")
+        edge = QColor(pal.LEVEL_COLORS[pal.LEVEL_CRITICAL if self.kind == "alert"
+                                       else pal.LEVEL_NORMAL])
         base = self.palette().color(QPalette.ColorRole.Window)
         fill = pal.blend(base, edge, 0.16 if self.kind == "alert" else 0.12)
         self.frame.setStyleSheet(

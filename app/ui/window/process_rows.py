@@ -131,13 +131,15 @@ class ProcessRow:
     device: DeviceMemory | None = None  # the agent's allocator figures for this GPU
 
     def signature(self) -> tuple:
-        # As shown ("4m 05s", "3h 02m"): an hours-old process repaints once a minute, not
-        # every second.
-        up = fmt_duration(self.uptime)
+        # As shown ("4 min 05 s", "3 h 02 min"): an hours-old process repaints once a
+        # minute, not every second.
+        return (self.proc, self.memory_total, fmt_duration(self.uptime), self.gpu_note,
+                self._agent_signature())
+
+    def _agent_signature(self) -> tuple | None:
         a = self.agent
-        agent = None if a is None else (a.torch, a.torch_status, a.python, a.allocator_backend,
-                                        a.cuda_initialized, len(a.models), self.device)
-        return (self.proc, self.memory_total, up, self.gpu_note, agent)
+        return None if a is None else (a.torch, a.torch_status, a.python, a.allocator_backend,
+                                       a.cuda_initialized, len(a.models), self.device)
 
     def cells(self) -> tuple:
         """Per column, what its cell shows (sort value; the uptime as text), then
@@ -147,7 +149,7 @@ class ProcessRow:
         shown = tuple(fmt_duration(self.uptime) if col == COL_UPTIME else self.raw(col)
                       for col in range(len(COLUMNS)))
         return (*shown, p.host_status, p.name, self.gpu_note, self.memory_total,
-                self.signature()[4])
+                self._agent_signature())
 
     @property
     def key(self) -> RowKey:
