@@ -2,4 +2,16 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture
+def children():
+    """Real child processes (tests.fakes.child_processes), all gone after the test."""
+    from tests.fakes.child_processes import Children
+
+    kids = Children()
+    yield kids
+    kids.close()

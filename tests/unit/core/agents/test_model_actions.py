@@ -9,10 +9,10 @@ import time
 import pytest
 
 from app.core.agents import client as agent_client
-from app.core.agents.directory import AgentDirectory
 from app.core.agents.event_log import ModelEventLog
 from app.core.agents.hub import AgentHub
 from app.core.agents.types import ModelEvent
+from tests.fakes.directories import EmptyDirectory
 from tests.fakes.fake_agent import FakeAgent
 from tests.unit.core.conftest import wait_for
 
@@ -146,20 +146,7 @@ def test_event_log_dedupes_by_agent_and_seq_behind_a_cursor():
 
 
 def test_default_directory_has_no_model_manager():
-    class Bare(AgentDirectory):
-        def reports(self):
-            return {}
-
-        def entries(self):
-            return []
-
-        def free_cache(self, pid, timeout_s=30.0):
-            raise NotImplementedError
-
-        def collect_garbage(self, pid, timeout_s=30.0):
-            raise NotImplementedError
-
-    bare = Bare()
+    bare = EmptyDirectory()
     assert bare.unload(1, "m").code == "unsupported"
     assert bare.set_idle_unload(1, 5)["ok"] is False
     assert bare.events_since(7) == ([], 7)

@@ -11,14 +11,7 @@ import pytest
 from app.core.control.controller import FINISHED, MEASURED, STARTED, AppController
 from app.core.control.records import Outcome, TerminateAction
 from app.core.control.requests import Refusal, RequestError, Terminate
-from tests.fakes.child_processes import Children, GiB, sample_of, snapshot_of
-
-
-@pytest.fixture
-def children():
-    kids = Children()
-    yield kids
-    kids.close()
+from tests.fakes.child_processes import GiB, sample_of, snapshot_of
 
 
 @pytest.fixture

@@ -15,14 +15,7 @@ from app.core.control.records import Outcome, TerminateAction
 from app.core.control.requests import Refusal, RequestError, Terminate
 from app.core.control.terminate import check, current_user, run
 from app.core.monitor.samples import Container, GpuSample, HostStatus, Snapshot
-from tests.fakes.child_processes import Children, GiB, sample_of, snapshot_of
-
-
-@pytest.fixture
-def children():
-    kids = Children()
-    yield kids
-    kids.close()
+from tests.fakes.child_processes import GiB, sample_of, snapshot_of
 
 
 def refusal(snapshot, request, busy=frozenset(), user=None) -> RequestError:

@@ -17,6 +17,7 @@ from app.core.monitor.demo_source import DemoSource
 from app.core.monitor.host_processes import HostProcessReader
 from app.core.monitor.samples import DeviceState, GpuSample, HostStatus, ProcessSample, Snapshot
 from app.core.monitor.source import GpuSource, SourceUnavailable
+from tests.fakes.directories import EmptyDirectory
 
 GiB = 1024**3
 
@@ -312,7 +313,7 @@ def test_failing_host_reader_does_not_lose_the_tick(clock, caplog):
     assert col.collect().error is None  # and the next tick too
 
 
-class RecordingAgents:
+class RecordingAgents(EmptyDirectory):
     """An AgentDirectory that records start/close and returns fixed reports."""
 
     def __init__(self) -> None:
@@ -321,15 +322,6 @@ class RecordingAgents:
     def reports(self):
         self.calls += 1
         return {4242: "report"}
-
-    def entries(self):
-        return []
-
-    def free_cache(self, pid, timeout_s=30.0):
-        raise NotImplementedError
-
-    def collect_garbage(self, pid, timeout_s=30.0):
-        raise NotImplementedError
 
     def start(self):
         self.starts += 1

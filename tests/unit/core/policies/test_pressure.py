@@ -9,7 +9,6 @@ import threading
 import pytest
 
 from app.core.agents.demo import DemoAgents
-from app.core.agents.directory import AgentDirectory
 from app.core.agents.types import (
     AgentReport,
     DeviceMemory,
@@ -28,6 +27,7 @@ from app.core.policies.pressure import (
     PressurePolicy,
     PressurePolicyConfig,
 )
+from tests.fakes.directories import EmptyDirectory
 
 NOW = 1_000_000.0
 UUID0, UUID1 = "GPU-aaaa-0000", "GPU-bbbb-1111"
@@ -316,7 +316,7 @@ def test_config_is_validated():
 # ----------------------------------------------------------------- runner
 
 
-class Directory(AgentDirectory):
+class Directory(EmptyDirectory):
     """Records unloads; answers with an event, or a refusal for ids in ``refuse``."""
 
     def __init__(self, refuse=(), gate: threading.Event | None = None) -> None:
@@ -324,18 +324,6 @@ class Directory(AgentDirectory):
         self.refuse = set(refuse)
         self.gate = gate
         self.thread_names = []
-
-    def reports(self):
-        return {}
-
-    def entries(self):
-        return []
-
-    def free_cache(self, pid, timeout_s=30.0):
-        raise NotImplementedError
-
-    def collect_garbage(self, pid, timeout_s=30.0):
-        raise NotImplementedError
 
     def unload(self, pid, model, to="cpu", force=False, reason="manual", timeout_s=300.0):
         self.thread_names.append(threading.current_thread().name)

@@ -17,16 +17,9 @@ from app.core.monitor.samples import GpuSample, Snapshot
 from app.ui.shell.controller import ControllerAdapter
 from app.ui.window.main_window import MainWindow
 from app.ui.window.terminate_dialog import TerminateDialog, confirm_text
-from tests.fakes.child_processes import Children, GiB, sample_of, snapshot_of
+from tests.fakes.child_processes import GiB, sample_of, snapshot_of
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def children():
-    kids = Children()
-    yield kids
-    kids.close()
 
 
 @pytest.fixture
