@@ -17,6 +17,7 @@ from app.core.agents.types import (
     ModelActionResult,
     ModelEvent,
 )
+from app.core.agents.recording import RecordResult
 
 
 class AgentDirectory(abc.ABC):
@@ -56,6 +57,15 @@ class AgentDirectory(abc.ABC):
         ``{"ok", "idle_unload_s", "error", "code"}``."""
         return {"ok": False, "idle_unload_s": None, "error": "not supported",
                 "code": "unsupported"}
+
+    # -- allocation recording (blocking: call off the GUI thread) -------------
+    def record(self, pid: int, seconds: float, max_entries: int | None = None,
+               timeout_s: float | None = None) -> RecordResult:
+        """Record process ``pid``'s CUDA allocations for ``seconds`` (PyTorch's
+        allocation history, at most ``max_entries`` events; None: the agent's
+        default), write the snapshot file memory_viz opens, and summarise the
+        allocations by call site.  Blocks for about ``seconds``."""
+        return RecordResult(pid, False, error="not supported", code="unsupported")
 
     # -- model events (non-blocking) -------------------------------------------
     def events_since(self, cursor: int = 0) -> tuple[list[tuple[int, ModelEvent]], int]:

@@ -16,19 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.agents.fields import bool_or_none, float_or_none, int_or_none, str_or_none
+from app.core.agents.oom import OomCapture, captures
+from app.core.agents.steps import StepMemory
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+_int = int_or_none
+_float = float_or_none
+_str = str_or_none
+_bool = bool_or_none
 
 
 def bare_uuid(uuid: str) -> str:
@@ -46,10 +41,6 @@ def _events(raw: Any) -> tuple[ModelEvent, ...]:
         return ()
     parsed = (ModelEvent.from_json(x) for x in raw if isinstance(x, dict))
     return tuple(e for e in parsed if e is not None)
-
-
-def _bool(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +271,8 @@ class AgentReport:
     idle_unload_s: float | None = None  # the agent's own idle TTL; None = off
     received_at: float = 0.0  # epoch seconds
     round_trip_s: float | None = None
+    ooms: tuple[OomCapture, ...] = ()  # the last OOMs the agent captured, oldest first
+    steps: StepMemory | None = None  # optimizer steps and live bytes after them; None: unknown
 
     def device(self, index: int) -> DeviceMemory | None:
         for dev in self.devices:
@@ -342,7 +335,8 @@ class AgentReport:
             events=_events(data.get("events")),
             idle_unload_s=_float((data.get("policy") or {}).get("idle_unload_s"))
             if isinstance(data.get("policy"), dict) else None,
-            received_at=received_at, round_trip_s=round_trip_s)
+            received_at=received_at, round_trip_s=round_trip_s,
+            ooms=captures(data.get("ooms")), steps=StepMemory.from_json(data.get("steps")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,3 +168,7 @@ class Snapshot:
     # (ModelEventRecord) and pressure-policy decisions (DecisionUpdate).
     model_events: tuple[Any, ...] = ()
     policy_decisions: tuple[Any, ...] = ()
+    # Every current diagnosis (app.core.diagnosis.types.Diagnosis), and the OOM
+    # post-mortems new since the previous tick (OomReport), from the Doctor.
+    diagnoses: tuple[Any, ...] = ()
+    oom_reports: tuple[Any, ...] = ()
