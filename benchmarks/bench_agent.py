@@ -1,8 +1,8 @@
 """The in-process agent's costs: training slowdown, round trips, start-up, discovery.
 
-    python -m benchmarks.bench_agent [slowdown] [rtt] [startup] [discovery]
+    python -m benchmarks.bench_agent [slowdown] [rtt] [startup] [discovery] [stephook]
 
-(no argument: all four).  Figures are printed, nothing is asserted.
+(no argument: all five).  Figures are printed, nothing is asserted.
 
 slowdown   a small CPU training loop (an MLP step of a few ms) run in a child,
            alternately without and with the agent (``main.py run``), a poller
@@ -16,6 +16,10 @@ startup    ``vram_steward_agent.start()`` timed inside a child: after ``import
            Target <= 20 ms.
 discovery  start()'s model scan and hook placement (``attach_existing``) on a
            heap with a million extra objects; seconds.
+stephook   the optimizer step post-hook's cost per step (count + clock read), and
+           with a sample forced on every step (on a GPU: the allocator read on the
+           parameters' CUDA device; on a CPU the device check alone), against a
+           small Adam step; microseconds.
 """
 
 from __future__ import annotations
@@ -263,13 +267,63 @@ def bench_discovery() -> None:
           f"objects: {data['scan_s']:.3f} s ({data['tracked']} modules tracked)")
 
 
+STEP_HOOK = textwrap.dedent("""
+    import json, time
+    import torch
+    from app.agent import eligibility, step_memory
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torch.nn.Linear(256, 256).to(device)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(8, 256, device=device)).sum().backward()
+    steps = eligibility.OptimizerSteps()
+    steps.memory.torch = torch
+    n = 20000
+
+    def per_call(interval):
+        step_memory.SAMPLE_INTERVAL_S = interval
+        steps.memory._next_sample = 0.0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            steps.on_step(opt, (), {})
+        return (time.perf_counter() - t0) / n
+
+    per_call(1.0)  # warm-up
+    hook, sampled = per_call(1.0), per_call(0.0)
+    for _ in range(20):
+        opt.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        opt.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    print(json.dumps({"device": device, "hook_s": hook, "sampled_s": sampled,
+                      "samples": len(steps.memory._samples),
+                      "adam_step_s": (time.perf_counter() - t0) / 200}), flush=True)
+""")
+
+
+def bench_step_hook() -> None:
+    done = subprocess.run([sys.executable, "-c", STEP_HOOK], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    if done.returncode != 0:
+        print(f"stephook: failed: {done.stderr.strip()[-500:]}")
+        return
+    d = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"stephook ({d['device']}): per step {d['hook_s'] * 1e6:.2f} us between samples, "
+          f"{d['sampled_s'] * 1e6:.2f} us with a sample ({d['samples']} kept); a small Adam "
+          f"step (256x256 Linear) takes {d['adam_step_s'] * 1e6:.0f} us, so the hook is "
+          f"{d['hook_s'] / d['adam_step_s'] * 100:.3f} % of it (samples: at most 1 per second)")
+
+
 def main(argv: list[str]) -> None:
     if not (BOOTSTRAP / "vram_steward_agent.py").exists():
         raise SystemExit("the agent's bootstrap (app/agent/_bootstrap) is not there")
-    wanted = argv or ["rtt", "startup", "discovery", "slowdown"]
+    wanted = argv or ["rtt", "startup", "discovery", "stephook", "slowdown"]
     for name in wanted:
         {"slowdown": bench_slowdown, "rtt": bench_rtt, "startup": bench_startup,
-         "discovery": bench_discovery}[name]()
+         "discovery": bench_discovery, "stephook": bench_step_hook}[name]()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from typing import Any
 
 from . import figures as _fig
 from .guard import slot_of
+from .step_memory import StepMemory
 from .storage import devices
 
 TRAINING_WINDOW_S = 600.0
@@ -72,12 +73,23 @@ def ago(seconds: float) -> str:
 
 
 class OptimizerSteps:
-    """When each optimizer last stepped (torch's global step post-hook)."""
+    """When each optimizer last stepped (torch's global step post-hook), how
+    many steps were taken, and live bytes after them (``memory``)."""
 
     def __init__(self) -> None:
         self._stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.compiling: Any = None
+        self.memory = StepMemory()
+
+    @property
+    def count(self) -> int:
+        """Optimizer steps taken in this process (all optimizers)."""
+        return self.memory.count
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The report's ``"steps"`` (``step_memory``); None: no step hook."""
+        return self.memory.to_json()
 
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """The hook itself (the user's thread, every step): O(1), never raises."""
@@ -85,6 +97,7 @@ class OptimizerSteps:
             compiling = self.compiling
             if compiling is not None and compiling():
                 return None
+            self.memory.after_step(optimizer)  # never raises
             self._stepped[optimizer] = time.time()
         except Exception:
             pass

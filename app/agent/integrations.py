@@ -2,7 +2,8 @@
 
 * torch's global module registration hooks (``models.install_global_hooks``);
 * torch's global optimizer step post-hook: when each optimizer last stepped,
-  evidence that its parameters are training (``eligibility``);
+  evidence that its parameters are training (``eligibility``), and the step
+  count with live bytes after steps (``step_memory``);
 * ``torch.jit.script`` (and ``torch.jit._script.script``) wrapped: TorchScript
   compiles every forward hook of the module it scripts and would reject the
   agent's Python hooks, so for a module the wrapper lifts them for the
@@ -50,6 +51,7 @@ def on_torch(torch: Any, tracker: Any, steps: Any) -> None:
 def _install_step_hook(torch: Any, steps: Any) -> None:
     if _STEP_HOOK:
         _STEP_HOOK[0] = steps  # a restarted agent: the registered hook forwards to it
+        steps.memory.torch = torch
         return
     register = getattr(sys.modules.get("torch.optim.optimizer"),
                        "register_optimizer_step_post_hook", None)
@@ -65,6 +67,7 @@ def _install_step_hook(torch: Any, steps: Any) -> None:
 
     try:
         register(step_hook)
+        steps.memory.torch = torch  # counting from now on: the report says so
     except Exception:
         _STEP_HOOK.clear()
         _log.log_exc("registering the optimizer step hook failed")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import log as _log
-from . import protocol
+from . import oom_capture, protocol
 from .registry import command_line
 
 DEVICE_KEYS = (
@@ -89,9 +89,14 @@ def device_figures(torch: Any) -> list[dict[str, Any]]:
 
 
 class CudaWatch:
-    """OOM observer + alloc-retry watch; ``emit(event, data)`` queues an event."""
+    """OOM observer + alloc-retry watch; ``emit(event, data)`` queues an event.
+
+    ``oom_events`` counts every call of the observer; ``ooms`` keeps the
+    captures (``oom_capture``: a retry of the same request is not captured
+    twice); ``steps`` (an ``OptimizerSteps``) says how far training got."""
 
     _attached_process = False  # observers cannot be removed: attach once per process
+    _queued_process = False  # queued with torch's lazy CUDA init (once per process)
     _current: CudaWatch | None = None
 
     def __init__(self, emit: Callable[[str, dict], None]) -> None:
@@ -99,6 +104,8 @@ class CudaWatch:
         self.oom_events = 0
         self._retries: dict[int, int] = {}
         self._lock = threading.Lock()
+        self.ooms = oom_capture.OomLog()
+        self.steps: Any = None
 
     def activate(self) -> None:
         CudaWatch._current = self
@@ -109,22 +116,43 @@ class CudaWatch:
 
     @staticmethod
     def _observer(device: Any, alloc: Any, device_allocated: Any, device_free: Any) -> None:
-        # Called by the allocator with the GIL held, before OutOfMemoryError is
-        # raised: must never raise (an exception would propagate into it).
+        # Called by the allocator with the GIL held (its own lock released),
+        # before OutOfMemoryError is raised: must never raise (an exception
+        # would propagate into it).  Arguments: device, the failed request,
+        # the device's total (or the memory-fraction cap), the driver's free.
         try:
             watch = CudaWatch._current
             if watch is None:
                 return
             with watch._lock:
                 watch.oom_events += 1
+            capture = watch._capture(device, alloc, device_allocated, device_free)
+            if capture is None:
+                return  # a retry of the OOM just captured and pushed
             # Only ints go on the wire: anything else would make the event
             # frame unencodable (subscribers would get an error frame instead).
-            watch.emit("oom", {"device": _int_or_none(device), "alloc": _int_or_none(alloc),
-                               "device_allocated": _int_or_none(device_allocated),
-                               "device_free": _int_or_none(device_free),
-                               "time": time.time()})
+            data = {"device": _int_or_none(device), "alloc": _int_or_none(alloc),
+                    "device_allocated": _int_or_none(device_allocated),
+                    "device_free": _int_or_none(device_free), "time": time.time()}
+            if capture is not None:
+                data.update(capture)
+            watch.emit("oom", data)
         except BaseException:
             pass
+
+    def _capture(self, device: Any, alloc: Any, limit: Any, free: Any) -> dict | None:
+        torch = loaded_torch()
+        index = _int_or_none(device)
+        uuid = None
+        if torch is not None and index is not None:
+            try:
+                uuid = _device_uuid(torch.cuda, index)
+            except Exception:
+                uuid = None
+        steps = self.steps
+        count = getattr(steps, "count", 0) if steps is not None else 0
+        return self.ooms.capture(torch, device, alloc, limit, free, uuid,
+                                 count if isinstance(count, int) and count > 0 else None)
 
     def attach(self, torch: Any) -> None:
         if CudaWatch._attached_process:
@@ -139,6 +167,31 @@ class CudaWatch:
         except Exception:
             _log.log_exc("attaching the OOM observer failed")
         CudaWatch._attached_process = True
+
+    def attach_at_init(self, torch: Any) -> None:
+        """Have torch attach the observer as it initialises CUDA (the user's
+        thread, ``torch.cuda._lazy_call``), so an OOM within the first tick
+        after initialisation is captured too; at once if CUDA is up already.
+        Never raises, into this call or into torch's initialisation."""
+        if CudaWatch._queued_process or CudaWatch._attached_process:
+            return
+        lazy = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
+        if not callable(lazy):
+            return
+        CudaWatch._queued_process = True
+
+        def attach() -> None:
+            try:
+                watch = CudaWatch._current
+                if watch is not None:
+                    watch.attach(torch)
+            except BaseException:
+                pass
+
+        try:
+            lazy(attach)
+        except Exception:
+            _log.log_exc("queueing the OOM observer with CUDA's initialisation failed")
 
     def tick(self, torch: Any, devices: list | None = None) -> None:
         """Attach the observer once CUDA is up; emit alloc_retries on increases."""
@@ -170,7 +223,9 @@ def build_report(agent_version: str, tracker: Any, watch: CudaWatch,
         "torch": str(version) if version is not None else None,
         "torch_status": "loaded" if torch is not None else "torch not loaded",
         "cuda_initialized": False, "allocator_backend": None, "devices": [],
-        "models": [], "oom_events": watch.oom_events, "errors": errors,
+        "models": [], "oom_events": watch.oom_events, "ooms": watch.ooms.captures(),
+        "steps": watch.steps.to_json() if watch.steps is not None else None,
+        "errors": errors,
         "discovery": {"method": None, "scan_seconds": None, "modules_tracked": 0},
         "events": manager.recent_events() if manager is not None else [],
         "policy": manager.policy() if manager is not None else {"idle_unload_s": None},

@@ -17,6 +17,11 @@ _lock = threading.Lock()
 
 
 def state_dir() -> str:
+    """The per-user state dir (``VRAM_STEWARD_STATE_DIR`` overrides it), as
+    ``app.core.paths.state_dir`` says."""
+    override = os.environ.get("VRAM_STEWARD_STATE_DIR")
+    if override:
+        return override
     if sys.platform == "win32":
         base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~\\AppData\\Local")
         return os.path.join(base, "vram-steward")

@@ -46,6 +46,26 @@ Methods (the allowlist; anything else is ``unknown_method``)
                     pinned models are exempt from automatic unloading
     ``set_policy``  ``{"idle_unload_s": 600 | null}`` -> ``{"idle_unload_s"}``: the
                     agent's own idle TTL (works with no app running; off = null)
+    ``record``      ``{"seconds": 1..300, "max_entries": 1000..500000 (100000)}`` ->
+                    ``{"path", "entries", "seconds", "device": null, "truncated",
+                    "sites": [{"site": "train.py:42 in step", "bytes", "count",
+                    "live_bytes"}]}`` (top 25 by bytes): PyTorch's allocation history
+                    (Python stacks, at most ``max_entries`` events) for ``seconds``,
+                    written to ``<state dir>/recordings/<pid>-<time>.pickle`` (0600;
+                    memory_viz opens it) and turned off after (``app.agent.recording``);
+                    ``refused`` without CUDA or while the process records its own
+                    history, ``busy`` while a recording runs; runs on a thread of its
+                    own (other actions are not held up)
+
+The report also carries ``"ooms"``: the last 8 OOM captures, oldest first, each
+``{"seq", "time", "device", "uuid", "request", "limit", "free", "stats": {"allocated",
+"reserved", "active", "inactive_split", "peak_allocated", "peak_reserved",
+"num_alloc_retries", "num_ooms"}, "segments": {"count", "reserved", "allocated", "free",
+"largest_free_block", "expandable"} | null, "step", "thread", "capture_s", "errors"}``
+(``app.agent.oom_capture``), and ``"steps"``: ``{"count", "samples": [{"step", "time",
+"device", "allocated"}]}`` or null before torch's step hook is installed
+(``app.agent.step_memory``).  The ``oom`` event's data is the capture plus the older
+keys ``alloc``, ``device_allocated`` (the device's total or cap) and ``device_free``.
 
 Model events (in ``report``'s ``"events"``, the last 64, and pushed as the
 ``model_state`` event to subscribers):
@@ -76,7 +96,7 @@ MAX_FRAME_BYTES = 1024 * 1024  # 1 MiB: reports are a few KiB; a model list stay
 HEADER = struct.Struct(">I")
 
 METHODS = frozenset({"hello", "ping", "report", "free_cache", "gc", "subscribe", "auth",
-                     "unload", "reload", "pin", "set_policy"})
+                     "unload", "reload", "pin", "set_policy", "record"})
 EVENTS = frozenset({"oom", "alloc_retries", "models_changed", "model_state"})
 
 BAD_REQUEST = "bad_request"

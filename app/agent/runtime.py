@@ -14,7 +14,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import eligibility, integrations, introspect, models, paths, protocol, registry, torch_hooks
+from . import (
+    eligibility,
+    integrations,
+    introspect,
+    models,
+    paths,
+    protocol,
+    recording,
+    registry,
+    torch_hooks,
+)
 from . import log as _log
 from . import manager as _manager
 from .errors import BadParams
@@ -55,6 +65,8 @@ class Agent:
         self.server: Server | None = None
         self.watch = introspect.CudaWatch(self._emit)
         self.steps = eligibility.OptimizerSteps()
+        self.watch.steps = self.steps
+        self.recorder = recording.Recorder()
         self.manager = _manager.Manager(self.tracker, self._emit, self.steps)
         self.manager.ticking = True  # the agent thread ticks it
         self.registry_dir = ""
@@ -79,7 +91,7 @@ class Agent:
         address = paths.socket_path(runtime, self.pid) if transport == "unix" else None
         server_opts = Options(**{k: opts[k] for k in _SERVER_OPTIONS if k in opts})
         hello = {"protocol": protocol.PROTOCOL_VERSION, "agent": AGENT_VERSION, "pid": self.pid}
-        handlers: dict[str, tuple[Callable[[dict], dict], bool]] = {
+        handlers: dict[str, tuple[Callable[[dict], dict], bool | str]] = {
             "report": (self._report, False),
             "free_cache": (self._free_cache, True),
             "gc": (self._gc, True),
@@ -87,6 +99,7 @@ class Agent:
             "reload": (self.manager.handle_reload, True),
             "pin": (self.manager.handle_pin, False),
             "set_policy": (self.manager.handle_set_policy, False),
+            "record": (self.recorder.handle, "record"),  # a thread of its own: minutes long
         }
         server = Server(transport, address, handlers, hello, server_opts,
                         on_tick=self._tick, on_dead=self._on_dead)
@@ -129,12 +142,14 @@ class Agent:
         the hooks of the models built before the agent started."""
         t0 = time.perf_counter()
         integrations.on_torch(torch, self.tracker, self.steps)
+        self.watch.attach_at_init(torch)
         if existing:
             self.tracker.attach_existing(torch)
         self.torch_setup_seconds = time.perf_counter() - t0
 
     def stop(self) -> None:
         self.running = False
+        self.recorder.cancel.set()  # a recording turns the history off now
         server = self.server
         if server is not None:
             server.stop()

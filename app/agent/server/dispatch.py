@@ -1,5 +1,10 @@
 """Requests: authentication (TCP), the built-in methods, the handlers, and
-the one worker thread slow handlers (free_cache, gc, unload) run on."""
+the worker threads slow handlers run on.
+
+A handler runs on the loop (``False``), or on a worker thread of a lane:
+``True`` is the ``"action"`` lane (free_cache, gc, unload, reload: one at a
+time), a string names a lane of its own (``"record"``: minutes long, so it
+never holds up an unload).  A second request for a busy lane gets ``busy``."""
 
 from __future__ import annotations
 
@@ -20,11 +25,11 @@ class Dispatch:
     """The ``Server``'s request handling (a mixin: the server sends, closes,
     wakes its loop and makes room for subscribers)."""
 
-    handlers: dict[str, tuple[Callable[[dict], dict], bool]]
+    handlers: dict[str, tuple[Callable[[dict], dict], bool | str]]
     hello: dict[str, Any]
     token: str | None
     _completed: Any
-    _busy: bool
+    _busy: set[str]  # lanes with a request running
 
     # the server's, declared here (no value: nothing shadows the server's methods)
     _send: Callable[[Conn, dict[str, Any]], None]
@@ -83,9 +88,10 @@ class Dispatch:
                     self._send(conn, protocol.error(request_id, protocol.UNKNOWN_METHOD,
                                                     "method %r not available" % method))
                     return
-                fn, on_worker = handler
-                if on_worker:
-                    self._run_on_worker(conn, request_id, fn, params)
+                fn, lane = handler
+                if lane:
+                    self._run_on_worker(conn, request_id, fn, params,
+                                        lane if isinstance(lane, str) else "action")
                     return
                 value = fn(params)
         except BadParams as exc:
@@ -114,12 +120,13 @@ class Dispatch:
         conn.events = frozenset(wanted)
         return {"events": sorted(wanted)}
 
-    def _run_on_worker(self, conn: Conn, request_id: Any, fn: Callable, params: dict) -> None:
-        if self._busy:
+    def _run_on_worker(self, conn: Conn, request_id: Any, fn: Callable, params: dict,
+                       lane: str = "action") -> None:
+        if lane in self._busy:
             self._send(conn, protocol.error(request_id, protocol.BUSY,
-                                            "another action is running"))
+                                            "another %s is running" % lane))
             return
-        self._busy = True
+        self._busy.add(lane)
         conn.on_worker = True
 
         def work() -> None:
@@ -133,13 +140,13 @@ class Dispatch:
                 _log.log_exc("action failed")
                 outcome = protocol.error(request_id, protocol.FAILED, repr(exc)[:500])
             self._completed.append((conn, outcome))
-            self._busy = False
+            self._busy.discard(lane)
             self._wake()
 
         try:
-            threading.Thread(target=work, name=THREAD_NAME + "-action", daemon=True).start()
+            threading.Thread(target=work, name=THREAD_NAME + "-" + lane, daemon=True).start()
         except Exception as exc:
-            self._busy = False
+            self._busy.discard(lane)
             conn.on_worker = False
             self._send(conn, protocol.error(request_id, protocol.INTERNAL, repr(exc)))
 

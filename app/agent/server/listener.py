@@ -23,10 +23,11 @@ from .peers import PEERCRED_SUPPORTED, own_uid, peer_allowed, peer_uid
 
 
 class Server(Dispatch, Fairness):
-    """``handlers``: method -> (callable(params) -> dict, runs_on_worker)."""
+    """``handlers``: method -> (callable(params) -> dict, worker lane: False
+    for the loop, True for the action worker, or a lane's name)."""
 
     def __init__(self, transport: str, address: str | None,
-                 handlers: dict[str, tuple[Callable[[dict], dict], bool]],
+                 handlers: dict[str, tuple[Callable[[dict], dict], bool | str]],
                  hello: dict[str, Any], options: Options | None = None,
                  on_tick: Callable[[], None] | None = None,
                  on_dead: Callable[[], None] | None = None) -> None:
@@ -48,7 +49,7 @@ class Server(Dispatch, Fairness):
         self._conns: dict[int, Conn] = {}
         self._events: collections.deque = collections.deque(maxlen=1000)
         self._completed: collections.deque = collections.deque()
-        self._busy = False
+        self._busy: set[str] = set()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._conn_seq = 0
@@ -350,7 +351,7 @@ class Server(Dispatch, Fairness):
         for conn in list(self._conns.values()):
             if conn.partial_since is not None and now - conn.partial_since > opts.partial_timeout:
                 self._close(conn, "partial frame older than %.1f s" % opts.partial_timeout)
-            elif not conn.events and now - conn.last_rx > opts.idle_timeout:
+            elif not conn.events and not conn.on_worker and now - conn.last_rx > opts.idle_timeout:
                 self._close(conn, "idle for %.0f s" % opts.idle_timeout)
 
     def _close(self, conn: Conn, reason: str | None, flush: bool = False) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.agent import protocol
 from app.core.agents.connection import AgentConnection, AgentError, AgentTimeout, AgentUnavailable
+from app.core.agents.recording import RecordResult
 from app.core.agents.types import (
     AgentEntry,
     AgentReport,
@@ -27,7 +28,7 @@ from app.core.agents.types import (
 __all__ = [
     "MODEL_ACTION_TIMEOUT_S", "TIMEOUT", "UNAVAILABLE", "collect_garbage", "event_to_json",
     "free_cache", "free_cache_result", "model_event_result", "model_to_json", "pin",
-    "query_report", "reload", "report_to_json", "set_idle_unload", "unload",
+    "query_report", "record", "reload", "report_to_json", "set_idle_unload", "unload",
 ]
 
 
@@ -244,3 +245,33 @@ def set_idle_unload(entry: AgentEntry, seconds: float | None, timeout_s: float =
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         value = None
     return {"ok": True, "idle_unload_s": value, "error": None, "code": None}
+
+
+# ------------------------------------------------------------ allocation recording
+
+#: Seconds beyond the recording itself for the snapshot, the file and the reply.
+RECORD_MARGIN_S = 60.0
+
+
+def record(entry: AgentEntry, seconds: float, max_entries: int | None = None,
+           timeout_s: float | None = None) -> RecordResult:
+    """Record the process's CUDA allocations for ``seconds`` (at most
+    ``max_entries`` events; None: the agent's default); never raises.
+    Blocks for about ``seconds``; ``timeout_s`` defaults to that plus
+    ``RECORD_MARGIN_S``.  The agent turns recording off at its deadline even
+    if this call gives up first."""
+    params: dict[str, Any] = {"seconds": seconds}
+    if max_entries is not None:
+        params["max_entries"] = max_entries
+    limit = seconds + RECORD_MARGIN_S if timeout_s is None else timeout_s
+    try:
+        data = _call_once(entry, "record", params, limit)
+    except AgentError as exc:
+        return RecordResult(entry.pid, False, error=exc.message or exc.code, code=exc.code)
+    except AgentTimeout:
+        return RecordResult(entry.pid, False, code=TIMEOUT,
+                            error=f"no answer within {limit:g} s (the agent turns recording "
+                                  "off at its deadline)")
+    except AgentUnavailable as exc:
+        return RecordResult(entry.pid, False, error=str(exc), code=UNAVAILABLE)
+    return RecordResult.from_reply(entry.pid, data)

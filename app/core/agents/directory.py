@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 
 from app.core.agents.event_log import ModelEventLog
+from app.core.agents.recording import RecordResult
 from app.core.agents.types import (
     AgentEntry,
     AgentReport,
@@ -17,7 +18,6 @@ from app.core.agents.types import (
     ModelActionResult,
     ModelEvent,
 )
-from app.core.agents.recording import RecordResult
 
 
 class AgentDirectory(abc.ABC):

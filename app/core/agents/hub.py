@@ -7,8 +7,8 @@ Each worker owns its connection and asks for ``report`` every period under its
 own timeout, so a hung agent only ever delays itself.  ``reports()`` returns a
 copy of the latest reports without any I/O.
 
-Model actions (``unload``, ``reload``, ``pin``, ``set_idle_unload``) open a
-connection of their own under their own (long) timeout, so a 2 GB unload never
+Model actions (``unload``, ``reload``, ``pin``, ``set_idle_unload``) and
+``record`` open a connection of their own under their own (long) timeout, so a 2 GB unload never
 holds up the pollers; their replies' events and every report's ``events`` go
 into one deduplicated log that ``events_since(cursor)`` reads.
 """
@@ -26,6 +26,7 @@ from app.core.agents import registry as agent_registry
 from app.core.agents.connection import AgentConnection, AgentError, AgentUnavailable
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.event_log import ModelEventLog
+from app.core.agents.recording import RecordResult
 from app.core.agents.types import (
     AgentEntry,
     AgentReport,
@@ -156,6 +157,14 @@ class AgentHub(AgentDirectory):
             return {"ok": False, "idle_unload_s": None, "error": "no agent in that process",
                     "code": protocol.NOT_FOUND}
         return agent_client.set_idle_unload(entry, seconds, timeout_s)
+
+    def record(self, pid: int, seconds: float, max_entries: int | None = None,
+               timeout_s: float | None = None) -> RecordResult:
+        entry = self._entry_for(pid)
+        if entry is None:
+            return RecordResult(pid, False, error="no agent in that process",
+                                code=protocol.NOT_FOUND)
+        return agent_client.record(entry, seconds, max_entries, timeout_s)
 
     def events_since(self, cursor: int = 0) -> tuple[list[tuple[int, ModelEvent]], int]:
         return self._events.since(cursor)

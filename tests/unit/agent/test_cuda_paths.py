@@ -14,13 +14,11 @@ agent in this process (its own runtime dir) and talk to it over its socket.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import shutil
 import threading
 import time
-import types
 from typing import Any
 
 import pytest
@@ -28,11 +26,10 @@ import torch
 
 from app.agent import actions, introspect, protocol, runtime
 from app.agent.introspect import CudaWatch
+from tests.fakes import fake_cuda
+from tests.fakes.fake_cuda import FakeCuda, GiB, MiB, native_stats
 
 from .conftest import Client, short_tmpdir
-
-GiB = 1 << 30
-MiB = 1 << 20
 
 # The report's device fields and the allocator keys they come from (the real
 # names torch.cuda.memory_stats() uses).
@@ -49,168 +46,12 @@ FIELDS = {
 }
 
 
-def native_stats(allocated: int, reserved: int, *, retries: int = 0, ooms: int = 0) -> dict:
-    """A memory_stats() dict shaped like the native caching allocator's."""
-    return {
-        "active.all.current": 12, "active.all.peak": 40,
-        "active_bytes.all.current": allocated + 3 * MiB,
-        "active_bytes.all.peak": allocated + 9 * MiB,
-        "active_bytes.large_pool.current": allocated,
-        "active_bytes.small_pool.current": 3 * MiB,
-        "allocated_bytes.all.allocated": 50 * GiB,
-        "allocated_bytes.all.current": allocated,
-        "allocated_bytes.all.freed": 50 * GiB - allocated,
-        "allocated_bytes.all.peak": allocated + 1 * GiB,
-        "allocated_bytes.large_pool.current": allocated - 1 * MiB,
-        "allocated_bytes.small_pool.current": 1 * MiB,
-        "allocation.all.current": 10,
-        "inactive_split.all.current": 2,
-        "inactive_split_bytes.all.current": 5 * MiB,
-        "max_split_size": -1,
-        "num_alloc_retries": retries,
-        "num_device_alloc": 30, "num_device_free": 4,
-        "num_ooms": ooms,
-        "num_sync_all_streams": 0,
-        "oversize_allocations.current": 0,
-        "requested_bytes.all.current": allocated - 512,
-        "requested_bytes.all.peak": allocated + 1 * GiB - 512,
-        "reserved_bytes.all.allocated": reserved + 2 * GiB,
-        "reserved_bytes.all.current": reserved,
-        "reserved_bytes.all.freed": 2 * GiB,
-        "reserved_bytes.all.peak": reserved + 2 * GiB,
-        "reserved_bytes.large_pool.current": reserved - 2 * MiB,
-        "reserved_bytes.small_pool.current": 2 * MiB,
-        "segment.all.current": 8,
-    }
-
-
-class FakeCuda:
-    """Stands in for torch.cuda on the real torch module; records every call.
-
-    ``stats[i]`` is what ``memory_stats(i)`` returns; ``empty_cache()`` drops
-    the *currently selected* device's reserved bytes to ``after_empty[i]``
-    (so a free_cache that forgets to select the device frees nothing there).
-    """
-
-    def __init__(self, stats: list[dict] | None = None, *, initialized: bool = True,
-                 backend: str = "native", after_empty: dict[int, int] | None = None) -> None:
-        self.stats = [dict(s) for s in (stats or [])]
-        self.initialized = initialized
-        self.backend = backend
-        self.after_empty = dict(after_empty or {})
-        self.calls: list[tuple] = []  # (name, thread ident, thread name, args)
-        self.empty_calls: list[tuple] = []  # (thread ident, thread name, current device)
-        self.observers: list[Any] = []
-        self.empty_error: BaseException | None = None
-        self.stats_error: BaseException | None = None
-        self.contexts: set[int] | None = None  # None: no _cuda_hasPrimaryContext
-        self._local = threading.local()
-        self._lock = threading.Lock()
-
-    # -- bookkeeping
-    def _record(self, name: str, *args: Any) -> None:
-        t = threading.current_thread()
-        with self._lock:
-            self.calls.append((name, t.ident, t.name, args))
-
-    def names(self, thread: int | None = None) -> list[str]:
-        with self._lock:
-            return [c[0] for c in self.calls if thread is None or c[1] == thread]
-
-    def current(self) -> int | None:
-        return getattr(self._local, "device", None)
-
-    # -- the torch.cuda surface
-    def is_initialized(self) -> bool:
-        self._record("is_initialized")
-        return self.initialized
-
-    def device_count(self) -> int:
-        self._record("device_count")
-        return len(self.stats)
-
-    def memory_stats(self, device: Any = None) -> dict:
-        self._record("memory_stats", device)
-        if self.stats_error is not None:
-            raise self.stats_error
-        return dict(self.stats[device])
-
-    def get_allocator_backend(self) -> str:
-        self._record("get_allocator_backend")
-        return self.backend
-
-    def get_device_properties(self, device: Any = None) -> Any:
-        self._record("get_device_properties", device)
-        return types.SimpleNamespace(name="Fake GPU", total_memory=80 * GiB,
-                                     uuid="GPU-fake-%d" % device)
-
-    @contextlib.contextmanager
-    def device(self, index: int):
-        self._record("device", index)
-        prev = self.current()
-        self._local.device = index
-        try:
-            yield
-        finally:
-            self._local.device = prev
-
-    def empty_cache(self) -> None:
-        self._record("empty_cache")
-        t = threading.current_thread()
-        cur = self.current()
-        with self._lock:
-            self.empty_calls.append((t.ident, t.name, cur))
-        if self.empty_error is not None:
-            raise self.empty_error
-        if cur is not None and cur in self.after_empty:
-            self.stats[cur]["reserved_bytes.all.current"] = self.after_empty[cur]
-
-    def attach_oom_observer(self, fn: Any) -> None:
-        self._record("attach_oom_observer")
-        self.observers.append(fn)
-
-    def has_primary_context(self, index: int) -> bool:
-        self._record("has_primary_context", index)
-        return self.contexts is None or index in self.contexts
-
-    def forbidden(self, name: str):
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self._record(name, *args)
-            raise AssertionError("torch.cuda.%s must not be called" % name)
-        return call
-
-
-# Anything CUDA-ish the agent could reach for besides the fakes above: when
-# CUDA is not initialised, none of these (nor the fakes) may be called.
-_OTHER_CUDA = ("init", "_lazy_init", "current_device", "set_device", "synchronize",
-               "mem_get_info", "memory_allocated", "memory_reserved", "max_memory_allocated",
-               "memory_summary", "memory_snapshot", "reset_peak_memory_stats", "ipc_collect",
-               "get_device_name", "get_device_capability", "current_stream")
-_OTHER_C = ("_cuda_init", "_cuda_emptyCache", "_cuda_memoryStats", "_cuda_getDeviceCount",
-            "_cuda_getAllocatorBackend", "_cuda_exchangeDevice", "_cuda_maybeExchangeDevice",
-            "_cuda_setDevice")
-
-
 @pytest.fixture
 def install(monkeypatch):
     """``install(fake)`` puts ``fake`` in place of torch.cuda on the real torch."""
 
-    def _install(fake: FakeCuda) -> FakeCuda:
-        cuda = torch.cuda
-        for name in ("is_initialized", "device_count", "memory_stats", "get_allocator_backend",
-                     "get_device_properties", "device", "empty_cache"):
-            monkeypatch.setattr(cuda, name, getattr(fake, name))
-        for name in _OTHER_CUDA:
-            monkeypatch.setattr(cuda, name, fake.forbidden(name), raising=False)
-        for name in _OTHER_C:
-            monkeypatch.setattr(torch._C, name, fake.forbidden("_C." + name), raising=False)
-        monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer",
-                            fake.attach_oom_observer, raising=False)
-        if fake.contexts is not None:
-            monkeypatch.setattr(torch._C, "_cuda_hasPrimaryContext", fake.has_primary_context,
-                                raising=False)
-        else:
-            monkeypatch.delattr(torch._C, "_cuda_hasPrimaryContext", raising=False)
+    def _install(fake: FakeCuda, allocator: bool = False) -> FakeCuda:
+        fake_cuda.install(monkeypatch, torch, fake, allocator)
         # process-wide state of the agent: fresh for every test
         monkeypatch.setattr(CudaWatch, "_attached_process", False)
         monkeypatch.setattr(CudaWatch, "_current", CudaWatch._current)  # restored after
