@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.core.monitor.history_seed import SeedData, SeedPart, epoch_to_monotonic_offset, seed_data
 from app.core.monitor.naming import label_or_pid
 from app.core.monitor.samples import GpuSample, Snapshot
+from app.core.store.query import StoredHistory
 
 ProcessKey = tuple[int, float | None]  # (pid, create time)
 
@@ -142,6 +144,23 @@ class _Ring:
         self.count = min(self.count + 1, self.slots)
         return slot
 
+    def fill(self, part: SeedPart, rows: list[int | None]) -> None:
+        """Start an empty ring with ``part``'s samples (its newest ``slots``);
+        ``rows[i]``: the ring row of ``part.rows[i]`` (None: not kept)."""
+        n = min(self.slots, part.t.size)
+        cut = slice(part.t.size - n, part.t.size)
+        self.time[:n] = part.t[cut]
+        self.used[:n] = part.used[cut]
+        self.util[:n] = part.util[cut]
+        self.proc_total[:n] = part.proc_total[cut]
+        self.unattributed[:n] = part.unattributed[cut]
+        self.serial[:n] = np.arange(n)
+        for source, row in enumerate(rows):
+            if row is not None:
+                self.rows[row, :n] = part.rows[source, cut]
+        self.written = self.count = n
+        self.head = n % self.slots
+
     def order(self) -> np.ndarray:
         """Slot indices oldest → newest."""
         if self.count < self.slots:
@@ -169,6 +188,27 @@ class GpuHistory:
         self._bucket_start: float | None = None
         self._bucket_first_slot = 0
         self.memory_total: int | None = None
+        self._older_in_coarse = False  # seeded: the coarse ring reaches further back
+
+    def seed(self, data: SeedData) -> None:
+        """Fill the empty rings with stored history (before the first live tick)."""
+        if self.fine.count or self.coarse.count:
+            return
+        newest = max(data.last_seen.values(), default=0.0)
+        keep = sorted(data.keys, key=lambda k: data.last_seen[k], reverse=True)
+        kept = set(keep[: self.config.max_process_rows])
+        rows: list[int | None] = []
+        for key in data.keys:
+            row = self._row_for(key, newest, set()) if key in kept else None
+            rows.append(row)
+            if row is not None:
+                self.last_seen[key] = data.last_seen[key]
+                self.labels[key] = label_or_pid(data.labels[key])
+        self.fine.fill(data.fine, rows)
+        self.coarse.fill(data.coarse, rows)
+        self.memory_total = data.memory_total
+        self._older_in_coarse = data.coarse.t.size > 0 and (
+            data.fine.t.size == 0 or data.coarse.t[0] < data.fine.t[0])
 
     # -- rows -----------------------------------------------------------------
     def _row_for(self, key: ProcessKey, now: float, live: set[ProcessKey]) -> int | None:
@@ -286,7 +326,7 @@ class GpuHistory:
         its newest time; None before the first sample."""
         # The fine ring also serves long spans until it has wrapped once: it then
         # still holds everything, at full resolution.
-        fine_has_all = self.fine.count < self.fine.slots
+        fine_has_all = self.fine.count < self.fine.slots and not self._older_in_coarse
         ring = self.fine if span_s <= self.config.fine_span_s or fine_has_all else self.coarse
         newest = ring.newest_time()
         if newest is None:
@@ -346,6 +386,23 @@ class History:
             if hist is None:
                 hist = self.gpus[gpu.display_id] = GpuHistory(self.config)
             hist.add(gpu, snapshot.monotonic)
+
+    def seed(self, stored: StoredHistory, offset_s: float | None = None) -> None:
+        """Open with stored history: each GPU not yet sampled gets its stored
+        samples (epoch seconds moved to the monotonic axis: ``monotonic = epoch
+        - offset_s``, now's offset by default)."""
+        offset = epoch_to_monotonic_offset() if offset_s is None else offset_s
+        for uuid, series in stored.gpus.items():
+            display_id = series.display_id or (None if series.index is None
+                                               else str(series.index))
+            if display_id is None or display_id in self.gpus:
+                continue
+            procs = [p for p in stored.processes if p.gpu_uuid == uuid]
+            data = seed_data(series, procs, self.config.fine_span_s,
+                             self.config.coarse_step_s, offset)
+            if data is not None:
+                hist = self.gpus[display_id] = GpuHistory(self.config)
+                hist.seed(data)
 
     def view(self, display_id: str, span_s: float,
              keys: Iterable[ProcessKey] | None = None) -> SeriesView:

@@ -2,8 +2,9 @@
 
 Pages: General (sampling, history, theme, window behaviour, start at login),
 Alerts (notifications, default and per-GPU levels), Auto-unload (the unload
-policy's defaults).  Nothing is applied while the dialog is open; the caller
-applies and saves what :meth:`SettingsDialog.settings` returns.
+policy's defaults), History (what is kept on disk, ``history_page``).
+Nothing is applied while the dialog is open; the caller applies and saves
+what :meth:`SettingsDialog.settings` returns.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.agents.auto_unload import AutoUnloadForm, spin_box
+from app.ui.settings.history_page import HistoryPage
 from app.ui.settings.values import (
     HISTORY_CHOICES_S,
     PERIOD_MAX_S,
@@ -77,6 +79,8 @@ class SettingsDialog(QDialog):
                                             autostart_where), "General")
         self.tabs.addTab(self._alerts_page(), "Alerts")
         self.tabs.addTab(self._unload_page(), "Auto-unload")
+        self.history_page = HistoryPage(len(self._gpus), self)
+        self.tabs.addTab(self.history_page, "History")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                    | QDialogButtonBox.StandardButton.Cancel
                                    | QDialogButtonBox.StandardButton.RestoreDefaults, self)
@@ -246,6 +250,7 @@ class SettingsDialog(QDialog):
             r_spin.setValue(round(own.rearm * 100) if own else DEFAULT_MARK)
         self.unload_form.set_settings(s.auto_unload)
         self.idle_default_spin.setValue(s.idle_unload_default_min)
+        self.history_page.set_settings(s.stored_history)
         self._sync_enabled()
 
     def _sync_enabled(self, *_args: object) -> None:
@@ -289,6 +294,7 @@ class SettingsDialog(QDialog):
             per_gpu=per_gpu)
         s.auto_unload = self.unload_form.settings()
         s.idle_unload_default_min = self.idle_default_spin.value()
+        s.stored_history = self.history_page.settings()
         return UiSettings.from_dict(s.to_dict())
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
+from app.core.store.tiers import Retention
 
 THEMES = ("system", "light", "dark")
 #: Sample periods the app accepts (seconds); the sampler clamps to the same range.
@@ -132,9 +133,28 @@ class AlertSettings:
 
 
 @dataclass
+class StoredHistorySettings:
+    """The history kept on disk between runs (``app.core.store``): 1 s peaks for
+    ``fine_min`` minutes, 5 s peaks for ``coarse_days`` days."""
+
+    keep: bool = True
+    fine_min: int = 60
+    coarse_days: int = 7
+
+    def normalised(self) -> StoredHistorySettings:
+        return StoredHistorySettings(_flag(self.keep, True),
+                                     int(_num(self.fine_min, 60, 1, 24 * 60)),
+                                     int(_num(self.coarse_days, 7, 1, 365)))
+
+    def retention(self) -> Retention:
+        return Retention(self.fine_min * 60.0, self.coarse_days * 86400.0)
+
+
+@dataclass
 class UiSettings:
     auto_unload: AutoUnloadSettings = field(default_factory=AutoUnloadSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    stored_history: StoredHistorySettings = field(default_factory=StoredHistorySettings)
     #: Seconds between two samples of NVML and the agents.
     sample_period_s: float = 0.25
     #: Seconds of full-rate history kept per GPU (older: 5 s peaks, 24 h).
@@ -176,6 +196,7 @@ class UiSettings:
         return cls(
             auto_unload=sub("auto_unload", AutoUnloadSettings),
             alerts=sub("alerts", AlertSettings),
+            stored_history=sub("stored_history", StoredHistorySettings),
             sample_period_s=round(_num(data.get("sample_period_s"), d.sample_period_s,
                                        PERIOD_MIN_S, PERIOD_MAX_S), 3),
             history_s=_num(data.get("history_s"), d.history_s, HISTORY_CHOICES_S[0],
@@ -192,5 +213,6 @@ class UiSettings:
         )
 
 
-__all__ = ["AlertSettings", "AutoUnloadSettings", "GpuAlertLevels", "UiSettings", "THEMES",
+__all__ = ["AlertSettings", "AutoUnloadSettings", "GpuAlertLevels", "StoredHistorySettings",
+           "UiSettings", "THEMES",
            "HISTORY_CHOICES_S", "PERIOD_MIN_S", "PERIOD_MAX_S"]

@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
+    from app.core.monitor.history import History
     from app.core.monitor.source import GpuSource
+    from app.core.store.recorder import HistoryRecorder
     from app.ui.settings.store import SettingsStore
+    from app.ui.settings.values import UiSettings
     from app.ui.shell.desktop import DesktopShell
     from app.ui.shell.sampler import Sampler
     from app.ui.style.theme import ThemeManager
@@ -107,9 +110,14 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     # goes through one controller: it runs them on its worker threads against the
     # sampler's current agent directory (it changes with the source); the window, the
     # tray and notifications send it requests.
-    sampler = Sampler(_source_factory(demo, seed, demo_size), period_s)
+    # The stored history: read on the sampler thread before its first tick, written
+    # by the recorder's own thread; none for the demo or a screenshot (see _history_store).
+    recorder, load_history = _history_store(settings, history, enabled=not (demo or screenshot))
+    sampler = Sampler(_source_factory(demo, seed, demo_size), period_s, recorder=recorder,
+                      load_history=load_history)
     controller = ControllerAdapter(AppController(lambda: sampler.agents))
     window = MainWindow(history, settings=settings, controller=controller)
+    sampler.history_loaded.connect(lambda stored: _seed(window, stored, recorder))
     sampler.snapshot_ready.connect(window.on_snapshot)
     window.demo_requested.connect(
         lambda: sampler.switch_source(_source_factory(True, seed, demo_size)))
@@ -124,6 +132,10 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
         rc = _screenshot(window, sampler, Path(screenshot), after_s, started, size)
     else:
         shell = _desktop_shell(qt_app, window, sampler, store, themes)
+        if recorder is not None:
+            shell.settings_applied.connect(
+                lambda new: recorder.apply(new.stored_history.keep,
+                                           new.stored_history.retention()))
         if instance is not None:
             instance.raise_requested.connect(lambda _argv: shell.show_window())
         sampler.start()
@@ -136,13 +148,52 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     # timeout): like a stuck sampler, it must not hold the app open.
     stuck = not controller.wait(2.0)
     controller.core.close()
-    if not sampler.stop() or stuck:
+    sampler_stopped = sampler.stop()
+    if recorder is not None:
+        recorder.close()  # commits the last ticks
+    if not sampler_stopped or stuck:
         # A driver call that never returns (a GPU lost mid-call) keeps the
         # sampler thread busy; don't let it hold the app open or crash teardown.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)
     return rc
+
+
+def _history_store(settings: UiSettings, history: History, enabled: bool
+                   ) -> tuple[HistoryRecorder | None, Callable[[], object] | None]:
+    """The recorder and the start-up loader of the stored history, or neither:
+    ``--demo`` and ``--screenshot`` never read or write the user's history (a
+    demo is not their GPUs; a screenshot must not wait on a big file), nor does
+    a run with "Keep history" off."""
+    if not (enabled and settings.stored_history.keep):
+        return None, None
+    from app.core.paths import history_db_path
+    from app.core.store.query import read_history
+    from app.core.store.recorder import HistoryRecorder
+
+    path = history_db_path()
+    recorder = HistoryRecorder(path, settings.stored_history.retention())
+    span_s = history.config.coarse_span_s
+
+    def load() -> object:  # on the sampler thread
+        recorder.wait_ready(2.0)  # a damaged file is moved aside before it is read
+        return read_history(path, time.time() - span_s)
+
+    return recorder, load
+
+
+def _seed(window: MainWindow, stored: object, recorder: HistoryRecorder | None) -> None:
+    """The window's history opens with the stored one; one message if the store
+    could not be used (moved aside, another instance writes, unreadable)."""
+    from app.core.store.query import StoredHistory
+
+    if not isinstance(stored, StoredHistory):
+        return
+    window.history.seed(stored)
+    message = (recorder.take_message() if recorder is not None else None) or stored.error
+    if message:
+        window.statusBar().showMessage(message, 30_000)
 
 
 def _quit_on_termination(qt_app: QApplication) -> None:

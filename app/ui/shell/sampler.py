@@ -1,6 +1,8 @@
 """The sampler thread: polls a source and hands snapshots to the GUI thread.
 
-Every NVML and psutil call happens on this thread.  The GUI thread only
+Every NVML and psutil call happens on this thread, and the stored history is
+read here before the first tick; each snapshot is handed to the history
+recorder (a queue: its writer thread does the SQLite work).  The GUI thread only
 receives finished, immutable :class:`~app.core.monitor.samples.Snapshot` objects through
 a queued signal, so a slow driver call (NVML init without persistence mode, a
 GPU falling off the bus) can delay samples but never freeze the window.
@@ -18,11 +20,14 @@ from app.core.agents.directory import AgentDirectory
 from app.core.monitor.collector import Collector, default_agents_for
 from app.core.monitor.source import GpuSource
 from app.core.policies.pressure import PolicyRunner
+from app.core.store.recorder import HistoryRecorder
 
 log = logging.getLogger(__name__)
 
 SourceFactory = Callable[[], GpuSource]
 AgentsFactory = Callable[[GpuSource], "AgentDirectory | None"]
+#: Reads the stored history (SQLite) on the sampler thread before the first tick.
+HistoryLoader = Callable[[], object]
 
 
 MIN_PERIOD_S = 0.1
@@ -38,11 +43,15 @@ class _Worker(QObject):
     """Lives on the sampler thread; owns the collector and the poll timer."""
 
     snapshot_ready = Signal(object)
+    history_loaded = Signal(object)
 
     def __init__(self, period_s: float, agents_for: AgentsFactory,
                  publish_agents: Callable[[AgentDirectory | None, PolicyRunner | None], None],
-                 ) -> None:
+                 recorder: HistoryRecorder | None = None,
+                 load_history: HistoryLoader | None = None) -> None:
         super().__init__()
+        self._recorder = recorder
+        self._load_history = load_history
         self._period_s = period_s
         self._collector: Collector | None = None
         self._timer: QTimer | None = None
@@ -51,6 +60,12 @@ class _Worker(QObject):
 
     @Slot()
     def begin(self) -> None:
+        if self._load_history is not None:
+            # Before any snapshot: the window seeds its history first (queued, in order).
+            try:
+                self.history_loaded.emit(self._load_history())
+            except Exception:  # the stored history is an extra: sample without it
+                log.exception("reading the stored history failed")
         self._timer = QTimer(self)
         self._timer.setTimerType(Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self.tick)
@@ -84,7 +99,10 @@ class _Worker(QObject):
     def tick(self) -> None:
         if self._collector is None:
             return
-        self.snapshot_ready.emit(self._collector.collect())
+        snapshot = self._collector.collect()
+        if self._recorder is not None:
+            self._recorder.observe(snapshot)  # queues it: the writer thread does the I/O
+        self.snapshot_ready.emit(snapshot)
 
     @Slot()
     def finish(self) -> None:
@@ -112,13 +130,17 @@ class Sampler(QObject):
     """
 
     snapshot_ready = Signal(object)
+    #: The stored history (``app.core.store.query.StoredHistory``), once, before
+    #: the first snapshot, when a loader was given.
+    history_loaded = Signal(object)
     _use_source = Signal(object)
     _set_period = Signal(float)
     _finish = Signal()
 
     def __init__(self, factory: SourceFactory, period_s: float = DEFAULT_PERIOD_S,
-                 parent: QObject | None = None, agents_for: AgentsFactory | None = None
-                 ) -> None:
+                 parent: QObject | None = None, agents_for: AgentsFactory | None = None,
+                 recorder: HistoryRecorder | None = None,
+                 load_history: HistoryLoader | None = None) -> None:
         super().__init__(parent)
         self.period_s = clamp_period(period_s)
         self.source_name = ""
@@ -128,8 +150,11 @@ class Sampler(QObject):
         self._policy: PolicyRunner | None = None
         self._thread = QThread()
         self._thread.setObjectName("vram-steward-sampler")
-        self._worker = _Worker(self.period_s, agents_for or default_agents_for, self._set_agents)
+        self._worker = _Worker(self.period_s, agents_for or default_agents_for, self._set_agents,
+                               recorder, load_history)
         self._worker.moveToThread(self._thread)
+        self._worker.history_loaded.connect(self._forward_history,
+                                            Qt.ConnectionType.QueuedConnection)
         self._thread.started.connect(self._worker.begin)
         self._worker.snapshot_ready.connect(self._forward, Qt.ConnectionType.QueuedConnection)
         self._use_source.connect(self._worker.use_source, Qt.ConnectionType.QueuedConnection)
@@ -190,6 +215,10 @@ class Sampler(QObject):
     def _forward(self, snapshot: object) -> None:
         self.source_name = getattr(snapshot, "source", "")
         self.snapshot_ready.emit(snapshot)
+
+    @Slot(object)
+    def _forward_history(self, stored: object) -> None:
+        self.history_loaded.emit(stored)
 
     @property
     def sampler_thread(self) -> QThread:
