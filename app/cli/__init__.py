@@ -19,7 +19,7 @@ import os
 import sys
 
 from app import APP_NAME, __version__
-from app.cli import agents, gui, models, run, status
+from app.cli import agents, doctor, gui, history, models, record, run, status
 from app.cli.common import EXIT_NO_SOURCE, EXIT_OK
 from app.cli.demo_option import DemoAction, attach_scenarios
 
@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.register(sub)
     agents.register(sub, common)
     models.register(sub, common)
+    doctor.register(sub, common)
+    record.register(sub, common)
+    history.register(sub, common)
     return parser
 
 

@@ -38,13 +38,15 @@ import collections
 import math
 import random
 import threading
-import time
 from dataclasses import dataclass, field
 
 from app.agent import protocol
+from app.core.agents import demo_diagnostics
 from app.core.agents.demo_scenario import SPECS, AgentSpec, DemoModel
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.event_log import ModelEventLog
+from app.core.agents.oom import OomCapture
+from app.core.agents.recording import RecordResult
 from app.core.agents.types import (
     AgentEntry,
     AgentReport,
@@ -135,6 +137,7 @@ class DemoAgents(AgentDirectory):
         self._cache_tick: int | None = None
         self._cache: dict[int, AgentReport] = {}
         self._procs: dict[int, _ProcState] = {}
+        self._ooms: dict[int, OomCapture] = {}  # by pid: the OOM its scripted life hit
         self._log = ModelEventLog()
         if self._specs:
             source.before_read = self._simulate
@@ -147,6 +150,8 @@ class DemoAgents(AgentDirectory):
             if tick is None or tick != self._cache_tick or len(states) != len(self._cache):
                 for pid in [p for p in self._procs if p not in states]:
                     del self._procs[pid]  # exited: a restart is a new process
+                for pid in [p for p in self._ooms if p not in states]:
+                    del self._ooms[pid]
                 for pid, st in states.items():
                     self._proc(pid, st)
                 self._cache = {pid: self._report(pid, st) for pid, st in states.items()}
@@ -318,7 +323,7 @@ class DemoAgents(AgentDirectory):
     def _event(self, proc: _ProcState, i: int, **fields) -> ModelEvent:  # type: ignore[no-untyped-def]
         proc.seq += 1
         m = self._specs[proc.index].models[i]
-        event = ModelEvent(seq=proc.seq, time=time.time(), model=model_id(i), name=m.name,
+        event = ModelEvent(seq=proc.seq, time=self.source.now(), model=model_id(i), name=m.name,
                            **fields)
         proc.events.append(event)
         self._log.add(proc.pid, (event,))
@@ -398,7 +403,7 @@ class DemoAgents(AgentDirectory):
         proc = self.source.processes[st.index]
         state = self._procs.get(pid)
         _, reserved, allocated, loaded = self._memory(spec, st)
-        now = time.time()
+        now = self.source.now()
         home = f"cuda:{st.gpu}"
         rng = random.Random(pid * 104729 + st.tick)
         models = []
@@ -427,16 +432,51 @@ class DemoAgents(AgentDirectory):
         peak_reserved = reserved if spec.match != "train.py" else max(
             reserved, int(self.source.processes[st.index].base + proc.amp) - spec.context)
         peak_extra = 512 * MiB if spec.match == "train.py" else 0  # the backward pass's peak
+        oom = self._oom(pid, st, reserved, allocated)
         dev = DeviceMemory(index=st.gpu, allocated=allocated, reserved=reserved,
                            peak_allocated=allocated + peak_extra,
                            peak_reserved=peak_reserved, active=allocated,
                            inactive_split=min(reserved - allocated, 37 * MiB)
                            if reserved > allocated else 0,
-                           requested=allocated, num_alloc_retries=0, num_ooms=0,
-                           uuid=self._gpu_uuid(st.gpu))
+                           requested=allocated, num_alloc_retries=1 if oom else 0,
+                           num_ooms=1 if oom else 0, uuid=self._gpu_uuid(st.gpu))
+        steps = demo_diagnostics.step_memory(st.local, now, st.gpu, allocated) \
+            if any(m.training for m in spec.models) else None
         return AgentReport(pid=pid, argv=tuple(proc.command.split()), python=PYTHON,
                            torch=TORCH, torch_status="loaded", cuda_initialized=True,
                            allocator_backend="native", devices=(dev,), models=tuple(models),
-                           oom_events=0, events=tuple(state.events) if state else (),
+                           oom_events=1 if oom else 0,
+                           events=tuple(state.events) if state else (),
                            idle_unload_s=state.idle_unload_s if state else None,
-                           received_at=now, round_trip_s=0.0004)
+                           received_at=now, round_trip_s=0.0004,
+                           ooms=(oom,) if oom else (), steps=steps)
+
+    def _oom(self, pid: int, st: WatchedState, reserved: int, allocated: int
+             ) -> OomCapture | None:
+        """The process's scripted OOM once its life has reached it (captured once)."""
+        proc = self.source.processes[st.index]
+        if proc.oom_at_s is None or st.local < proc.oom_at_s:
+            return None
+        found = self._ooms.get(pid)
+        if found is None:
+            gpu = self.source.gpus[st.gpu]
+            free = self.source.free_bytes[st.gpu] if len(self.source.free_bytes) > st.gpu \
+                else 0
+            when = self.source.wall(st.elapsed - (st.local - proc.oom_at_s))
+            found = self._ooms[pid] = demo_diagnostics.oom_capture(
+                proc, st.gpu, self._gpu_uuid(st.gpu), round(when, 3), free,
+                gpu.memory_total, allocated, reserved)
+        return found
+
+    def record(self, pid: int, seconds: float, max_entries: int | None = None,
+               timeout_s: float | None = None) -> RecordResult:
+        """A simulated recording (no file is written: the demo has no CUDA)."""
+        if not seconds > 0:
+            return RecordResult(pid, False, error="seconds must be > 0", code=protocol.BAD_PARAMS)
+        with self._lock:
+            st = self.source.watched_state.get(pid)
+            if st is None:
+                return RecordResult(pid, False, error="no agent in that process",
+                                    code=protocol.NOT_FOUND)
+            command = self.source.processes[st.index].command
+        return demo_diagnostics.record_result(pid, command, float(seconds), max_entries, st.gpu)

@@ -18,6 +18,7 @@ KINDS = (
     "idle_cache",     # the caching allocator holds much more than live tensors while idle
     "tensorflow",     # a TensorFlow process holding nearly the whole card
     "idle_process",   # memory held with no kernels for a long time
+    "idle_model",     # models unused for a while (unload them)
 )
 
 SEVERITIES = ("info", "warning", "critical")
@@ -177,3 +178,54 @@ class OomReport:
             "capture": self.capture, "unattributed": self.unattributed,
             "snapshot_age_s": self.snapshot_age_s, "demo": self.demo,
         }
+
+    @classmethod
+    def from_json(cls, data: Any) -> OomReport | None:
+        """A saved report; None when it is not one (a foreign or damaged file)."""
+        if not isinstance(data, dict):
+            return None
+        rid, when, pid = data.get("id"), _num(data.get("time")), _int(data.get("pid"))
+        if not isinstance(rid, str) or when is None or pid is None:
+            return None
+        holders = []
+        for h in data.get("holders") or ():
+            if not isinstance(h, dict) or not _is_int(h.get("pid")):
+                continue
+            models = tuple(
+                IdleModel(str(m.get("model")), str(m.get("name")), _int(m.get("bytes")),
+                          _num(m.get("idle_s")))
+                for m in h.get("idle_models") or () if isinstance(m, dict))
+            holders.append(Holder(h["pid"], _str(h.get("command")), _str(h.get("user")),
+                                  _int(h.get("gpu_memory")), h.get("is_oom_process") is True,
+                                  h.get("has_agent") is True, _int(h.get("allocated")),
+                                  _int(h.get("reserved")), models))
+        fixes = tuple(f for f in (Fix.from_json(x) for x in data.get("fixes") or ()
+                                  if isinstance(x, dict)) if f is not None)
+        explanation = tuple(x for x in data.get("explanation") or () if isinstance(x, str))
+        capture = data.get("capture")
+        return cls(rid, float(when), pid, _str(data.get("command")), _str(data.get("gpu")),
+                   _str(data.get("gpu_uuid")), _str(data.get("gpu_name")),
+                   _int(data.get("memory_total")), _int(data.get("memory_used")),
+                   _int(data.get("request")), _str(data.get("verdict")) or "unknown",
+                   explanation, fixes, tuple(holders),
+                   capture if isinstance(capture, dict) else {},
+                   _int(data.get("unattributed")), _num(data.get("snapshot_age_s")),
+                   data.get("demo") is True)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(value: Any) -> int | None:
+    return value if _is_int(value) else None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.events import EventFeed
+from app.core.diagnosis.doctor import Doctor
 from app.core.monitor.host_processes import HostProcessReader
 from app.core.monitor.nvml_errors import NA_NOT_SUPPORTED, NA_SEE_MIG
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
@@ -28,13 +30,25 @@ class Collector:
 
     def __init__(self, source: GpuSource, host: HostProcessReader | None = None,
                  agents: AgentDirectory | None = None,
-                 pressure_policy: PolicyRunner | PressurePolicyConfig | bool = True) -> None:
+                 pressure_policy: PolicyRunner | PressurePolicyConfig | bool = True,
+                 doctor: Doctor | bool = True, wall_clock: Callable[[], float] = time.time,
+                 monotonic_clock: Callable[[], float] = time.monotonic) -> None:
         """``pressure_policy``: True (default) runs the memory-pressure policy
         with its defaults whenever there are ``agents``; a config or a runner
         to choose; False for none.  The runner is ``self.policy``.  Every
         snapshot carries the model events and policy decisions that are new
-        since the previous one (``self.events``)."""
+        since the previous one (``self.events``).  ``doctor``: True (default)
+        adds every current diagnosis and new OOM reports (saved in the state
+        directory, except the demo's); a Doctor to choose; False for none.
+        The clocks stamp snapshots (the demo's instant run passes its own)."""
         self.source = source
+        self._wall = wall_clock
+        self._mono = monotonic_clock
+        self.doctor: Doctor | None = None
+        if isinstance(doctor, Doctor):
+            self.doctor = doctor
+        elif doctor:
+            self.doctor = _default_doctor(source)
         self._host = host
         self.agents = agents
         self.policy: PolicyRunner | None = None
@@ -85,12 +99,13 @@ class Collector:
         if self._host is not None and self.source.wants_host_details:
             gpus = self._enrich(self._host, gpus)
         agents = self._agent_reports()
-        snapshot = Snapshot(time.time(), time.monotonic(), self.source.name,
+        snapshot = Snapshot(self._wall(), self._mono(), self.source.name,
                             self._driver_version, gpus, None, time.perf_counter() - started,
                             agents)
         if self.policy is not None:
             self.policy.observe(snapshot)  # decides here, unloads on its own thread
-        return self.events.attach(snapshot)
+        snapshot = self.events.attach(snapshot)
+        return self.doctor.observe(snapshot) if self.doctor is not None else snapshot
 
     def _agent_reports(self) -> dict:
         if self.agents is None:
@@ -142,8 +157,11 @@ class Collector:
 
     def _error_snapshot(self, reason: str, started: float) -> Snapshot:
         # New events wait for the next good snapshot: the views show the error alone.
-        return Snapshot(time.time(), time.monotonic(), self.source.name, self._driver_version,
-                        (), reason, time.perf_counter() - started, self._agent_reports())
+        snapshot = Snapshot(self._wall(), self._mono(), self.source.name,
+                            self._driver_version, (), reason, time.perf_counter() - started,
+                            self._agent_reports())
+        # OOM captures still arrive (agents answer without NVML); diagnoses stay as they were.
+        return self.doctor.observe(snapshot) if self.doctor is not None else snapshot
 
     def close(self) -> None:
         if self.policy is not None:
@@ -165,6 +183,15 @@ def _list_failed(gpu: GpuSample) -> bool:
         return True
     note = gpu.notes.get("processes")
     return note is not None and note not in (NA_SEE_MIG, NA_NOT_SUPPORTED)
+
+
+def _default_doctor(source: GpuSource) -> Doctor:
+    """The demo's reports stay in memory; real ones are saved in the state directory."""
+    if source.name == "demo":
+        return Doctor(demo=True)
+    from app.core.diagnosis.report_store import ReportStore
+
+    return Doctor(store=ReportStore())
 
 
 def default_agents_for(source: GpuSource) -> AgentDirectory:

@@ -67,6 +67,11 @@ class DemoProcess:
     rss: float = 2 * GiB  # typical host RSS in bytes
     pid: int = 0
     container: Container | None = None
+    # A leak that ends in CUDA out of memory: this many seconds into each life the
+    # process asks for ``oom_request`` bytes more than the card has free and its
+    # figure stops growing (its simulated agent captures the OOM).
+    oom_at_s: float | None = None
+    oom_request: float = 0.0  # bytes
 
 
 # A desktop card driving the display (the driver's allocations include the
@@ -94,9 +99,13 @@ DEFAULT_PROCESSES = (
     DemoProcess(1, "python", "python -m vllm.entrypoints.openai.api_server --model llama-3-8b",
                 "svc-llm", RAMP, 61 * GiB, period_s=12, sm=45, sm_jitter=25, cpu=35,
                 rss=14 * GiB, pid=9121, container=VLLM_CONTAINER),
+    # Leaks 16 MiB/s of live tensors until, 555 s into its life, a big batch asks
+    # for 1.5 GiB the card no longer has (eval.py is up then: its 75 s cycle
+    # divides this one's 600 s); it crashes 3 s later and its supervisor restarts
+    # it 42 s after that.
     DemoProcess(1, "python", "python serve_embeddings.py --port 8081", None, LEAK, 1.5 * GiB,
-                leak_rate=14 * MiB, sm=8, sm_jitter=6, lifetime_s=480, gap_s=6, cpu=12,
-                rss=3.3 * GiB, pid=23890),
+                leak_rate=16 * MiB, sm=8, sm_jitter=6, lifetime_s=558, gap_s=42, cpu=12,
+                rss=3.3 * GiB, pid=23890, oom_at_s=555.0, oom_request=1.5 * GiB),
     DemoProcess(1, "python", "python eval.py --ckpt runs/exp42/step_12000.pt", "alice", RAMP,
                 7.2 * GiB, period_s=4, sm=70, sm_jitter=15, start_s=8, lifetime_s=40, gap_s=35,
                 cpu=98, rss=6.0 * GiB, pid=31002, container=EVAL_CONTAINER),
@@ -159,6 +168,7 @@ class DemoSource(GpuSource):
         self._amp = np.array([x.amp for x in p])
         self._period = np.array([x.period_s for x in p])
         self._leak = np.array([x.leak_rate for x in p])
+        self._leak_stop = np.array([math.inf if x.oom_at_s is None else x.oom_at_s for x in p])
         self._sm = np.array([x.sm for x in p])
         self._sm_jitter = np.array([x.sm_jitter for x in p])
         self._start = np.array([x.start_s for x in p])
@@ -190,6 +200,8 @@ class DemoSource(GpuSource):
         self.before_read: Callable[[float], None] | None = None
         #: pid -> WatchedState of the watched processes present at the last read
         self.watched_state: dict[int, WatchedState] = {}
+        #: Each GPU's free bytes at the last read (what cudaMemGetInfo would say).
+        self.free_bytes: list[int] = []
 
     def open(self, elapsed: float = 0.0) -> None:
         """Start the script, ``elapsed`` seconds in (the CLI shows the demo mid-run)."""
@@ -198,6 +210,17 @@ class DemoSource(GpuSource):
 
     def driver_version(self) -> str | None:
         return "demo"
+
+    def now(self) -> float:
+        """The simulated wall clock (epoch seconds): the real one when the demo
+        runs in real time, ahead of it when a test or ``doctor --demo`` runs it
+        faster."""
+        elapsed = self.elapsed()  # opens the demo first if need be
+        return self._epoch + elapsed
+
+    def wall(self, elapsed: float) -> float:
+        """The simulated wall clock at ``elapsed`` seconds into the demo."""
+        return self._epoch + elapsed
 
     def elapsed(self) -> float:
         if self._opened_at is None:
@@ -228,7 +251,7 @@ class DemoSource(GpuSource):
         saw = self._shape == SAWTOOTH
         mem[saw] += self._amp[saw] * np.mod((at[saw] - self._phase[saw]) / self._period[saw], 1.0)
         leak = self._shape == LEAK
-        mem[leak] += self._leak[leak] * at[leak]
+        mem[leak] += self._leak[leak] * np.minimum(at[leak], self._leak_stop[leak])
         ramp = self._shape == RAMP
         mem[ramp] *= np.clip(at[ramp] / self._period[ramp], 0.02, 1.0)
         mem += noise[0] * 2 * MiB * ((self._shape != CONSTANT) & present)
@@ -277,11 +300,13 @@ class DemoSource(GpuSource):
                 for i in self._watched.tolist() if present[i]}
 
         samples = []
+        free: list[int] = []
         for g, spec in enumerate(self.gpus):
             procs = tuple(built[bounds[g]:bounds[g + 1]])
             unlisted = spec.overhead + spec.context_overhead * int(counts[g]) + int(unreleased[g])
             used = min(unlisted + int(mem_sum[g]), spec.memory_total - spec.memory_reserved)
             util = min(100.0, float(sm_sum[g]))
+            free.append(spec.memory_total - spec.memory_reserved - used)
             samples.append(GpuSample(
                 index=g, name=spec.name, uuid=f"GPU-demo{self.seed:04d}-{g:04d}",
                 memory_total=spec.memory_total, memory_used=used,
@@ -291,6 +316,7 @@ class DemoSource(GpuSource):
                 temperature=round(34 + 0.45 * util),
                 power_draw=round(spec.power_limit * (0.08 + 0.8 * util / 100), 1),
                 power_limit=spec.power_limit, processes=procs))
+        self.free_bytes = free
         return tuple(samples)
 
 

@@ -10,7 +10,10 @@ pause suppresses alerts without disarming, so a GPU still full when the pause
 ends is reported then.  OOM alerts fire when an attached process's OOM count
 rises; allocation-retry alerts when its retry count rises (memory pressure
 inside the caching allocator), each at most once per minimum interval per
-process.  Counts seen the first time are a baseline, not news.
+process.  Counts seen the first time are a baseline, not news.  A "full soon"
+alert fires once per episode of the doctor's ``full_soon`` diagnosis (the
+doctor applies the forecast's hysteresis); during a pause it waits, and
+fires when the pause ends if the episode still holds.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class AlertConfig:
     enabled: bool = True
     oom_alerts: bool = True
     retry_alerts: bool = True
+    full_soon_alerts: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
@@ -51,7 +55,7 @@ class TopProcess:
 
 @dataclass(frozen=True, slots=True)
 class Alert:
-    kind: str  # "memory", "oom" or "alloc_retries"
+    kind: str  # "memory", "oom", "alloc_retries" or "full_soon"
     display_id: str | None  # the GPU ("0", "0/mig1"); None for a process alert off any GPU
     title: str
     message: str
@@ -63,6 +67,7 @@ class Alert:
     pid: int | None = None  # process alerts
     count: int | None = None  # OOMs or retries so far
     time: float = 0.0  # snapshot monotonic seconds
+    seconds_to_full: float | None = None  # full_soon alerts
 
 
 @dataclass(slots=True)
@@ -100,6 +105,7 @@ class AlertPolicy:
     per_gpu: dict[str, AlertConfig] = field(default_factory=dict)  # display_id -> override
     _gpus: dict[str, _GpuState] = field(default_factory=dict)
     _procs: dict[int, _ProcessState] = field(default_factory=dict)  # by pid
+    _full_soon: set[str] = field(default_factory=set)  # GPUs whose episode has been alerted
     _paused_until: float | None = None
 
     def config_for(self, display_id: str) -> AlertConfig:
@@ -132,6 +138,29 @@ class AlertPolicy:
             if alert is not None:
                 alerts.append(alert)
         alerts.extend(self._process_alerts(snapshot, now, quiet))
+        alerts.extend(self._full_soon_alerts(snapshot, now, quiet))
+        return alerts
+
+    def _full_soon_alerts(self, snapshot: Snapshot, now: float, quiet: bool) -> list[Alert]:
+        found = {d.gpu: d for d in snapshot.diagnoses
+                 if getattr(d, "kind", None) == "full_soon" and d.gpu is not None}
+        self._full_soon &= set(found)  # an episode that ended may alert again next time
+        alerts: list[Alert] = []
+        gpus = {g.display_id: g for g in snapshot.gpus}
+        for display_id, diag in found.items():
+            cfg = self.config_for(display_id)
+            if display_id in self._full_soon or quiet or not cfg.enabled \
+                    or not cfg.full_soon_alerts:
+                continue
+            self._full_soon.add(display_id)
+            gpu = gpus.get(display_id)
+            eta = diag.figures.get("seconds_to_full")
+            alerts.append(Alert(
+                "full_soon", display_id, diag.title, " ".join((*diag.evidence[1:3],)),
+                level=gpu.memory_fraction if gpu else None,
+                used=gpu.memory_used if gpu else None, total=gpu.memory_total if gpu else None,
+                pid=diag.pid, time=now,
+                seconds_to_full=float(eta) if isinstance(eta, (int, float)) else None))
         return alerts
 
     def _memory(self, gpu: GpuSample, snapshot: Snapshot, now: float,

@@ -167,21 +167,27 @@ def test_training_job_saw_tooths_over_its_45_s_period():
     assert abs(train_mem(45 + 20) - train_mem(20)) < 20 * MiB
 
 
-def test_leaking_process_grows_then_exits_and_restarts_with_a_new_pid():
+def test_leaking_process_grows_until_its_oom_then_exits_and_restarts_with_a_new_pid():
     src, clock = opened()
     first = proc_by_command(read_at(src, clock, 10.0), "serve_embeddings")
     later = proc_by_command(read_at(src, clock, 400.0), "serve_embeddings")
     assert first.pid == later.pid and first.create_time == later.create_time
-    assert later.gpu_memory - first.gpu_memory > 4 * GiB  # 14 MiB/s for 390 s
+    assert later.gpu_memory - first.gpu_memory > 5.5 * GiB  # 16 MiB/s for 390 s
     samples = [proc_by_command(read_at(src, clock, t), "serve_embeddings").gpu_memory
-               for t in range(0, 480, 30)]
+               for t in range(0, 556, 30)]
     assert all(b > a for a, b in zip(samples, samples[1:]))
+    # Its OOM at 555 s stops the growth; the card had less free than its request.
+    at_oom = read_at(src, clock, 555.0)
+    frozen = proc_by_command(read_at(src, clock, 557.5), "serve_embeddings")
+    assert abs(frozen.gpu_memory - proc_by_command(at_oom, "serve_embeddings").gpu_memory) \
+        <= 8 * MiB
+    assert at_oom[1].memory_free < 1.5 * GiB
 
-    assert proc_by_command(read_at(src, clock, 482.0), "serve_embeddings") is None  # gone
-    reborn = proc_by_command(read_at(src, clock, 490.0), "serve_embeddings")
+    assert proc_by_command(read_at(src, clock, 560.0), "serve_embeddings") is None  # gone
+    reborn = proc_by_command(read_at(src, clock, 605.0), "serve_embeddings")
     assert reborn is not None
     assert reborn.pid != first.pid
-    assert reborn.create_time > first.create_time + 480
+    assert reborn.create_time > first.create_time + 558
     assert reborn.gpu_memory < later.gpu_memory  # a fresh start, not the leaked size
 
 
@@ -254,18 +260,18 @@ def test_unattributed_memory_follows_the_number_of_processes():
 
 def test_an_exited_process_memory_stays_unattributed_until_the_driver_releases_it():
     src, clock = opened()
-    last = proc_by_command(read_at(src, clock, 479.75), "serve_embeddings")
+    last = proc_by_command(read_at(src, clock, 557.75), "serve_embeddings")
     assert last is not None
     base = src.gpus[1].overhead
     ctx = src.gpus[1].context_overhead
-    for t in (480.0, 480.0 + RELEASE_S - 0.25):
+    for t in (558.0, 558.0 + RELEASE_S - 0.25):
         g = read_at(src, clock, t)[1]
         assert proc_by_command([g], "serve_embeddings") is None  # no longer listed ...
         # ... but its memory is still in use, frozen at what it held when it exited.
         lingering = g.unattributed_memory - base - ctx * len(g.processes)
         assert abs(lingering - last.gpu_memory) <= 8 * MiB
         assert g.memory_used == sum(p.gpu_memory for p in g.processes) + g.unattributed_memory
-    released = read_at(src, clock, 480.0 + RELEASE_S + 0.25)[1]
+    released = read_at(src, clock, 558.0 + RELEASE_S + 0.25)[1]
     assert released.unattributed_memory == base + ctx * len(released.processes)
 
 

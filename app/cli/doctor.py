@@ -1,0 +1,248 @@
+"""``doctor``: every current diagnosis with its evidence and fixes, and the OOM reports.
+
+``--demo`` runs the demo's first 15 simulated minutes at once on its own
+clock, through the real collector and doctor, and shows what they found
+(the leak, the "full soon" alert as it fired, the OOM post-mortem).  Without
+it: one real collection (NVML and the agents), trends started from the stored
+history.  ``--oom`` lists the stored OOM reports.  No Qt on this path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from app import APP_NAME
+from app.cli.common import EXIT_FAILED, EXIT_NO_SOURCE, EXIT_OK, print_json
+
+if TYPE_CHECKING:
+    from app.core.agents.directory import AgentDirectory
+    from app.core.agents.types import AgentReport
+    from app.core.diagnosis.doctor import Doctor
+    from app.core.diagnosis.types import Diagnosis, OomReport
+    from app.core.monitor.samples import Snapshot
+
+#: What ``--demo`` runs: simulated seconds, and the step between two ticks.
+DEMO_SECONDS = 900
+DEMO_STEP_S = 1.0
+#: How far back the stored history seeds the trends.
+HISTORY_S = 1800.0
+
+
+def run_demo(seed: int = 7, seconds: float = DEMO_SECONDS, step_s: float = DEMO_STEP_S
+             ) -> tuple[Snapshot, Doctor, float]:
+    """The demo's first ``seconds`` through the collector and doctor, instantly:
+    (last snapshot, the doctor, the simulated epoch it started at)."""
+    from app.core.agents.demo import DemoAgents
+    from app.core.diagnosis.doctor import Doctor
+    from app.core.monitor.collector import Collector
+    from app.core.monitor.demo_source import DemoSource
+
+    now = [0.0]
+    source = DemoSource(seed=seed, clock=lambda: now[0])
+    source.open()
+    started = source.now()
+    doctor = Doctor(demo=True)
+    collector = Collector(source, agents=DemoAgents(source), pressure_policy=False,
+                          doctor=doctor, wall_clock=source.now, monotonic_clock=source.clock)
+    collector.open()
+    snapshot = collector.collect()
+    for i in range(1, int(seconds / step_s) + 1):
+        now[0] = i * step_s
+        snapshot = collector.collect()
+    collector.close()
+    return snapshot, doctor, started
+
+
+def _keep(d: Diagnosis | OomReport, pid: int | None) -> bool:
+    return pid is None or d.pid == pid
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.demo_size is not None:
+        print(f"{APP_NAME}: doctor --demo runs the scripted demo (no GxP scenario)",
+              file=sys.stderr)
+        return EXIT_NO_SOURCE
+    snapshot, doctor, started = run_demo(args.seed)
+    diagnoses = [d for d in snapshot.diagnoses if _keep(d, args.pid)]
+    reports = [r for r in reversed(doctor.reports) if _keep(r, args.pid)]
+    firings = list(doctor.firings)
+    if args.json:
+        print_json({
+            "source": "demo", "simulated_s": DEMO_SECONDS, "started": started,
+            "time": snapshot.timestamp,
+            "diagnoses": [_with_elapsed(d.to_json(), d.since, started) for d in diagnoses],
+            "alerts": [dict(f.to_json(), fired_at_s=round(f.fired_at - started, 1),
+                            cleared_at_s=None if f.cleared_at is None
+                            else round(f.cleared_at - started, 1)) for f in firings],
+            "oom_reports": [dict(r.to_json(), time_s=round(r.time - started, 1))
+                            for r in reports]})
+        return EXIT_OK
+    from app.core.units import fmt_duration
+
+    print(f"Doctor (demo): the first {fmt_duration(DEMO_SECONDS)} of the demo, simulated")
+    _print_diagnoses(diagnoses, lambda t: f"at {fmt_duration(t - started)}")
+    if firings:
+        print("\nAlerts fired:")
+        for f in firings:
+            cleared = "" if f.cleared_at is None else \
+                f" (cleared at {fmt_duration(f.cleared_at - started)})"
+            print(f"  at {fmt_duration(f.fired_at - started)}: {f.title}{cleared}")
+    _print_reports(reports, lambda t: f"at {fmt_duration(t - started)}")
+    return EXIT_OK
+
+
+def _with_elapsed(data: dict[str, Any], since: float | None, started: float) -> dict[str, Any]:
+    data["since_s"] = None if since is None else round(since - started, 1)
+    return data
+
+
+def _oom(args: argparse.Namespace) -> int:
+    from app.core.diagnosis.report_store import ReportStore
+
+    store = ReportStore()
+    reports = store.list(args.pid)
+    if args.json:
+        print_json({"directory": store.directory, "oom_reports": [r.to_json() for r in reports]})
+        return EXIT_OK
+    if not reports:
+        print(f"No OOM reports in {store.directory}.")
+        return EXIT_OK
+    _print_reports(reports, _ago)
+    return EXIT_OK
+
+
+def _ago(t: float) -> str:
+    from app.core.units import fmt_ago
+
+    return fmt_ago(time.time() - t)
+
+
+def _live(args: argparse.Namespace) -> int:
+    from app.core.diagnosis.doctor import Doctor
+    from app.core.diagnosis.report_store import ReportStore
+    from app.core.monitor.collector import Collector
+    from app.core.monitor.nvml_source import NvmlSource
+    from app.core.monitor.source import SourceUnavailable
+    from app.core.paths import history_db_path
+    from app.core.store.query import read_history
+
+    store = ReportStore()
+    doctor = Doctor(store=store)
+    history = read_history(history_db_path(), time.time() - HISTORY_S, pid=args.pid)
+    doctor.seed(history)
+    notes = [history.error] if history.error else []
+    agents = _reports_only(_agent_reports())
+    collector = Collector(NvmlSource(), agents=agents, pressure_policy=False, doctor=doctor)
+    try:
+        collector.open()
+    except SourceUnavailable as exc:
+        notes.append(f"no GPU figures ({exc.reason}): agents and stored reports only")
+    try:
+        snapshot = collector.collect()
+    finally:
+        collector.close()
+    if snapshot.error and not notes:
+        notes.append(f"no GPU figures ({snapshot.error}): agents and stored reports only")
+    diagnoses = [d for d in snapshot.diagnoses if d.kind != "oom" and _keep(d, args.pid)]
+    reports = store.list(args.pid)
+    if args.json:
+        print_json({"source": snapshot.source, "time": snapshot.timestamp,
+                    "error": snapshot.error, "notes": notes,
+                    "diagnoses": [d.to_json() for d in diagnoses],
+                    "oom_reports": [r.to_json() for r in reports]})
+        return EXIT_OK
+    for note in notes:
+        print(f"{APP_NAME}: {note}", file=sys.stderr)
+    if snapshot.gpus:
+        _print_diagnoses(diagnoses, _ago)
+    else:
+        print("Diagnoses: n/a (no GPU figures).")
+    _print_reports(reports, _ago)
+    return EXIT_OK
+
+
+def _agent_reports() -> dict[int, AgentReport]:
+    from app.cli.directory import read_reports
+    from app.core.agents.hub import AgentHub
+
+    try:
+        answers = read_reports(AgentHub(), timeout_s=2.0)
+    except Exception as exc:  # the registry unreadable: GPU figures still count
+        print(f"{APP_NAME}: agents could not be read: {exc}", file=sys.stderr)
+        return {}
+    return {a.report.pid: a.report for a in answers if a.report is not None}
+
+
+def _print_diagnoses(diagnoses: list[Diagnosis], when: Any) -> None:
+    if not diagnoses:
+        print("No diagnoses: nothing is leaking, filling up or idle.")
+        return
+    for d in diagnoses:
+        since = f"  (since {when(d.since)})" if d.since is not None else ""
+        where = f"GPU {d.gpu}" if d.gpu is not None else "GPU n/a"
+        print(f"[{d.severity}] {d.kind}  {where}: {d.title}{since}")
+        for line in d.evidence:
+            print(f"    {line}")
+        for i, f in enumerate(d.fixes, 1):
+            print(f"    {i}. {f.text}")
+
+
+def _print_reports(reports: list[OomReport], when: Any) -> None:
+    if not reports:
+        return
+    print("\nOOM reports (newest first):")
+    for r in reports:
+        print(f"  {when(r.time)}: {r.title}  [verdict: {r.verdict}]  id {r.id}")
+        for line in r.explanation:
+            print(f"      {line}")
+        for i, f in enumerate(r.fixes, 1):
+            print(f"      {i}. {f.text}")
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    if args.pid is not None and args.pid <= 0:
+        print(f"{APP_NAME}: --pid must be a positive process id", file=sys.stderr)
+        return EXIT_NO_SOURCE
+    try:
+        if args.oom:
+            return _oom(args)
+        if args.demo:
+            return _demo(args)
+        return _live(args)
+    except OSError as exc:
+        print(f"{APP_NAME}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("doctor", parents=[common],
+                       help="diagnoses: leaks, full in ~N min, advice, OOM reports")
+    p.add_argument("--pid", type=int, default=None, help="only this process")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--oom", action="store_true", help="the stored OOM reports, newest first")
+    p.set_defaults(func=cmd_doctor)
+
+
+def _reports_only(reports: dict[int, AgentReport]) -> AgentDirectory:
+    """The agents' reports read once, as a directory the collector can hold."""
+    from app.core.agents.directory import AgentDirectory
+    from app.core.agents.types import FreeCacheResult
+
+    class ReportsOnly(AgentDirectory):
+        def reports(self) -> dict[int, AgentReport]:
+            return dict(reports)
+
+        def entries(self) -> list:
+            return []
+
+        def free_cache(self, pid: int, timeout_s: float = 30.0) -> FreeCacheResult:
+            return FreeCacheResult(pid, False, error="not available here")
+
+        def collect_garbage(self, pid: int, timeout_s: float = 30.0) -> dict:
+            return {"ok": False, "collected": None, "seconds": None,
+                    "error": "not available here"}
+
+    return ReportsOnly()
