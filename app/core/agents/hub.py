@@ -74,6 +74,10 @@ class _Worker:
             self.conn.close()
 
 
+def _same_agent(a: AgentEntry, b: AgentEntry) -> bool:
+    return (a.pid, a.address, a.create_time) == (b.pid, b.address, b.create_time)
+
+
 def _no_agent(pid: int, model: str) -> ModelActionResult:
     return ModelActionResult(pid, model, False, error="no agent in that process",
                              code=protocol.NOT_FOUND)
@@ -211,7 +215,11 @@ class AgentHub(AgentDirectory):
 
     def _set_report(self, entry: AgentEntry, report: AgentReport) -> None:
         with self._lock:
-            current = self._entries.get(entry.pid) is entry  # not removed meanwhile
+            # Not removed meanwhile.  Compared by what names the agent, not by
+            # identity: the agent rewrites its registry file (when torch loads,
+            # say) and the scan then holds a new, equal entry.
+            now = self._entries.get(entry.pid)
+            current = now is not None and _same_agent(now, entry)
             if current:
                 self._reports[entry.pid] = report
                 self._errors.pop(entry.pid, None)
@@ -261,8 +269,7 @@ class AgentHub(AgentDirectory):
         with self._lock:
             for pid, worker in list(self._workers.items()):
                 current = live.get(pid)
-                if current is None or (current.address, current.create_time) != (
-                        worker.entry.address, worker.entry.create_time):
+                if current is None or not _same_agent(current, worker.entry):
                     to_stop.append(self._workers.pop(pid))
                     self._reports.pop(pid, None)
                     self._errors.pop(pid, None)

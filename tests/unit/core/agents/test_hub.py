@@ -127,3 +127,26 @@ def test_close_is_prompt_and_safe_twice(runtime, sleeper):
     hub.close()
     assert time.monotonic() - started < hub.report_timeout_s + 1.0
     fake.close()
+
+
+def test_reports_keep_coming_after_the_agent_rewrites_its_registry_file(runtime, sleeper):
+    """An agent rewrites its registry file when torch loads (the ``run``
+    launcher's case: the agent starts first); the hub keeps the same worker
+    and must keep taking its reports."""
+    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
+    path = fake.register(runtime)
+    hub = AgentHub(runtime, period_s=0.05, registry_period_s=0.05)
+    try:
+        hub.start()
+        assert wait_for(lambda: fake.pid in hub.reports())
+        with open(path, "rb") as fh:
+            data = fh.read()
+        time.sleep(0.02)
+        with open(path, "wb") as fh:  # same agent, new file contents
+            fh.write(data.replace(b'"train.py"', b'"train.py", "--resume"'))
+        assert wait_for(lambda: any("--resume" in e.argv for e in hub.entries()))
+        fake.reserved = 7777
+        assert wait_for(lambda: hub.reports()[fake.pid].devices[0].reserved == 7777)
+    finally:
+        hub.close()
+        fake.close()
