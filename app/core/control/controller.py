@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.placement import gpu_of_device
 from app.core.agents.types import ModelActionResult
-from app.core.control import targets, terminate
+from app.core.control import recording, targets, terminate
 from app.core.control.measure import gpu_used, nvml_usage
 from app.core.control.records import (
     IDLE_TTL,
@@ -43,6 +43,7 @@ from app.core.control.records import (
     ModelAction,
     Outcome,
     PolicyApplied,
+    RecordAction,
     TerminateAction,
     TerminateResult,
 )
@@ -50,6 +51,7 @@ from app.core.control.requests import (
     CollectGarbage,
     FreeCache,
     Pin,
+    RecordAllocations,
     Refusal,
     Reload,
     Request,
@@ -60,7 +62,7 @@ from app.core.control.requests import (
     Unload,
     UnloadIdle,
 )
-from app.core.control.work import error_text, run_cache_action, run_model_action
+from app.core.control.work import error_text, run_cache_action, run_model_action, run_record
 from app.core.monitor.samples import Snapshot
 
 if TYPE_CHECKING:
@@ -184,6 +186,10 @@ class AppController:
         """Processes a terminate is running on."""
         return {a.pid for a in self._running.values() if isinstance(a, TerminateAction)}
 
+    def recording(self) -> set[int]:
+        """Processes whose allocations are being recorded."""
+        return {a.pid for a in self._running.values() if isinstance(a, RecordAction)}
+
     def busy_models(self) -> set[tuple[int, str | None]]:
         """(pid, model id) of running model actions; (pid, None): the idle timer."""
         return {a.key for a in self._running.values() if isinstance(a, ModelAction)}
@@ -206,6 +212,10 @@ class AppController:
             action = terminate.check(self.latest, request, self.terminating())
             self._start(action)
             return action
+        if isinstance(request, RecordAllocations) and self.available:
+            rec = recording.check(self.latest, request, self.recording(), self._clock())
+            self._start(rec)
+            return rec
         if not self.available:
             raise RequestError(Refusal.UNAVAILABLE, "agent actions are not available")
         if isinstance(request, FreeCache):
@@ -315,6 +325,9 @@ class AppController:
             fut = self._cache_pool.submit(self._run_cache, action, directory)
         elif isinstance(action, TerminateAction):
             fut = self._kill_pool.submit(self._run_terminate, action)
+        elif isinstance(action, RecordAction):  # as long as an unload may take
+            fut = self._model_pool.submit(lambda: self._post(
+                FINISHED, action, run_record(action, directory)))
         else:
             fut = self._model_pool.submit(self._run_model, action, directory)
         self._futures.add(fut)
@@ -377,6 +390,8 @@ class AppController:
         elif isinstance(action, TerminateAction):
             action.result = answer if isinstance(answer, TerminateResult) else (
                 TerminateResult(Outcome.FAILED, reason="no answer"))
+        elif isinstance(action, RecordAction):
+            action.result = answer
         else:
             if action.kind == IDLE_TTL:
                 action.ttl_result = answer if isinstance(answer, dict) else {

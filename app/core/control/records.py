@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from app.core.agents.recording import RecordResult
 from app.core.agents.types import FreeCacheResult, ModelActionResult, ModelEvent
 from app.core.agents.unload_reasons import overridable
 from app.core.control.measure import (
@@ -35,6 +36,7 @@ RELOAD = "reload"
 PIN = "pin"
 IDLE_TTL = "idle_ttl"
 TERMINATE = "terminate"
+RECORD = "record"
 
 _ids = itertools.count(1)
 
@@ -325,8 +327,48 @@ class TerminateAction:
         return True
 
 
-Action = CacheAction | ModelAction | TerminateAction
+@dataclass(eq=False)
+class RecordAction:
+    """A recording of one process's CUDA allocations, ``seconds`` long; the
+    agent's summary by call site once it has answered."""
 
-__all__ = ["FREE", "GC", "IDLE_TTL", "PIN", "RELOAD", "TERMINATE", "UNLOAD", "Action",
-           "CacheAction", "ModelAction", "Outcome", "PolicyApplied", "TerminateAction",
-           "TerminateResult"]
+    pid: int
+    seconds: float
+    max_entries: int | None = None
+    label: str = ""
+    started_at: float | None = None  # the controller's clock when it was started
+    kind: str = RECORD
+    id: int = field(default_factory=_next_id)
+    # Filled in when the agent has answered.
+    result: RecordResult | None = None
+    done_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.ok
+
+    @property
+    def wants_measure(self) -> bool:
+        return False  # a recording moves no memory
+
+    def measure(self, snapshot: Snapshot, now: float | None = None, settle_s: float = 0.5
+                ) -> bool:
+        return True  # nothing to measure (see wants_measure)
+
+    def seconds_left(self, now: float) -> float | None:
+        """Seconds of recording still to go (0 once over, the file still being
+        written); None when not started or done."""
+        if self.started_at is None or self.done:
+            return None
+        return max(0.0, self.seconds - (now - self.started_at))
+
+
+Action = CacheAction | ModelAction | TerminateAction | RecordAction
+
+__all__ = ["FREE", "GC", "IDLE_TTL", "PIN", "RECORD", "RELOAD", "TERMINATE", "UNLOAD", "Action",
+           "CacheAction", "ModelAction", "Outcome", "PolicyApplied", "RecordAction",
+           "TerminateAction", "TerminateResult"]

@@ -123,8 +123,24 @@ class Terminate:
     grace_s: float = TERMINATE_GRACE_S
 
 
+#: The recording lengths the detail view offers; any length within the bounds is accepted.
+RECORD_SECONDS = (5, 10, 30, 60)
+RECORD_MAX_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordAllocations:
+    """Record process ``pid``'s CUDA allocations for ``seconds`` (PyTorch's
+    allocation history, at most ``max_entries`` events; None: the agent's
+    default) and summarise them by call site."""
+
+    pid: int
+    seconds: float
+    max_entries: int | None = None
+
+
 Request = (FreeCache | CollectGarbage | Unload | Reload | Pin | SetIdleUnload | UnloadIdle
-           | SetAutoUnload | Terminate)
+           | SetAutoUnload | Terminate | RecordAllocations)
 
 
 class Refusal(StrEnum):
@@ -143,6 +159,8 @@ class Refusal(StrEnum):
     NOT_VISIBLE = "not_visible"  # a pid from another PID namespace (terminate)
     GONE = "gone"  # the process has exited, or its pid now names another one
     SIMULATED = "simulated"  # a demo process: nothing real to signal
+    NO_CUDA = "no_cuda"  # the process has not initialised CUDA: nothing to record
+    INVALID = "invalid"  # a figure out of its bounds (a recording's length)
 
 
 class RequestError(ValueError):
@@ -153,6 +171,6 @@ class RequestError(ValueError):
         self.code = code
 
 
-__all__ = ["TERMINATE_GRACE_S", "CollectGarbage", "FreeCache", "Pin", "Refusal", "Reload",
-           "Request", "RequestError", "SetAutoUnload", "SetIdleUnload", "Terminate", "Unload",
-           "UnloadIdle"]
+__all__ = ["RECORD_MAX_S", "RECORD_SECONDS", "TERMINATE_GRACE_S", "CollectGarbage", "FreeCache",
+           "Pin", "RecordAllocations", "Refusal", "Reload", "Request", "RequestError",
+           "SetAutoUnload", "SetIdleUnload", "Terminate", "Unload", "UnloadIdle"]

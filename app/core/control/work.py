@@ -11,8 +11,18 @@ from collections.abc import Callable
 from typing import Any
 
 from app.core.agents.directory import AgentDirectory
+from app.core.agents.recording import RecordResult
 from app.core.agents.types import FreeCacheResult, ModelActionResult
-from app.core.control.records import GC, IDLE_TTL, PIN, RELOAD, UNLOAD, CacheAction, ModelAction
+from app.core.control.records import (
+    GC,
+    IDLE_TTL,
+    PIN,
+    RELOAD,
+    UNLOAD,
+    CacheAction,
+    ModelAction,
+    RecordAction,
+)
 
 NO_CONNECTION = "no agent connection"
 
@@ -78,4 +88,22 @@ def run_model_action(a: ModelAction, d: AgentDirectory | None, timeout_s: float
         return ModelActionResult(a.pid, a.model or "", False, error=text)
 
 
-__all__ = ["NO_CONNECTION", "error_text", "run_cache_action", "run_model_action"]
+#: Beyond the recording itself: writing the snapshot file and summarising it.
+RECORD_MARGIN_S = 60.0
+
+
+def run_record(a: RecordAction, d: AgentDirectory | None) -> RecordResult:
+    """The agent's recording, or why there is none (never raises)."""
+    try:
+        if d is None:
+            raise RuntimeError(NO_CONNECTION)
+        res = d.record(a.pid, a.seconds, a.max_entries, a.seconds + RECORD_MARGIN_S)
+        if not isinstance(res, RecordResult):
+            raise TypeError(f"unexpected answer {res!r}")
+        return res
+    except Exception as exc:  # shown, never raised
+        return RecordResult(a.pid, False, error=error_text(exc))
+
+
+__all__ = ["NO_CONNECTION", "RECORD_MARGIN_S", "error_text", "run_cache_action",
+           "run_model_action", "run_record"]

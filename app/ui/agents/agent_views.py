@@ -53,6 +53,7 @@ from app.ui.agents.model_list import (
     BadgeDelegate,
     ModelListModel,
 )
+from app.ui.agents.record_view import RecordView
 from app.ui.gpu.torch_memory import (
     BreakdownLegend,
     BreakdownRow,
@@ -269,6 +270,9 @@ class ProcessDetailView(ModelControls, QDialog):
         mbar.addWidget(self.model_progress)
         mbar.addWidget(self.model_result, 1)
         outer.addWidget(self.model_bar)
+        self.record_view = RecordView(self)  # "Record allocations…" and its table
+        self.record_view.request.connect(self.request)
+        outer.addWidget(self.record_view)
         self.unload_cpu_button.clicked.connect(lambda: self._request_unload("cpu"))
         self.unload_disk_button.clicked.connect(lambda: self._request_unload("disk"))
         self.reload_button.clicked.connect(self._request_reload)
@@ -432,6 +436,7 @@ class ProcessDetailView(ModelControls, QDialog):
             self.anim_timer.stop()
         self._update_model_bar()
         self._update_idle(report, idle_pending)
+        self.record_view.set_report(pid, report, can_act)
 
         self.free_button.setText(free_button_text(cache, busy, all_=False))
         self.free_button.setEnabled(bool(cache) and report is not None and can_act and not busy)

@@ -22,7 +22,7 @@ from app.core.control.controller import (
     AppController,
     Update,
 )
-from app.core.control.records import ModelAction
+from app.core.control.records import ModelAction, RecordAction
 from app.core.control.requests import Request, RequestError
 from app.core.monitor.samples import Snapshot
 
@@ -37,6 +37,9 @@ class ControllerAdapter(QObject):
     finished = Signal(object)  # Action, its answer filled in
     measured = Signal(object)  # Action, NVML's before/after filled in
     refused = Signal(object, object)  # Request, RequestError
+    #: A recording of allocations, started or finished (its own signal: it is no
+    #: cache, model or terminate action, and the window's action views never see it).
+    recorded = Signal(object)  # RecordAction
     _woken = Signal()
 
     def __init__(self, core: AppController | None = None, parent: QObject | None = None
@@ -89,7 +92,9 @@ class ControllerAdapter(QObject):
         self.core.poll()
 
     def _relay(self, update: Update) -> None:
-        if update.stage == STARTED:
+        if isinstance(update.action, RecordAction):
+            self.recorded.emit(update.action)
+        elif update.stage == STARTED:
             self.started.emit(update.action)
         elif update.stage == PROGRESS:
             self.progress.emit(update.action, update.pid or 0)

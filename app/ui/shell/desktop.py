@@ -31,6 +31,7 @@ from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
 from app.core.policies.pressure import UNLOAD as POLICY_UNLOAD
 from app.ui.agents.activity import ActivityEntry
 from app.ui.agents.auto_unload import notice_texts
+from app.ui.doctor.texts import oom_line
 from app.ui.settings.dialog import GpuEntry, SettingsDialog
 from app.ui.settings.values import AlertSettings, UiSettings
 from app.ui.shell.controller import ControllerAdapter
@@ -66,6 +67,13 @@ def alert_configs(settings: AlertSettings, snapshot: Snapshot | None
     return base, per_gpu
 
 
+def report_alert(report: Any, now: float) -> Alert:
+    """The notification of an OOM report (the figures are the report's)."""
+    best = f" Best fix: {report.fixes[0].text}" if report.fixes else ""
+    return Alert("oom", report.gpu, report.title, f"{oom_line(report)}.{best}",
+                 pid=report.pid, time=now)
+
+
 class DesktopShell(QObject):
     settings_applied = Signal(object)  # UiSettings
     alerted = Signal(object, str)  # Alert, channel
@@ -90,6 +98,9 @@ class DesktopShell(QObject):
         self.notifier.free_requested.connect(self.free_caches)
         self.notifier.show_requested.connect(self.show_window)
         self.notifier.action_requested.connect(self._on_notice_action)
+        self.notifier.report_requested.connect(self.open_report)
+        self._reported: dict[int, str] = {}  # pid -> its latest OOM report's id
+        self._full_soon: set[str] = set()  # GPUs whose "full soon" alert holds
         #: The run's first automatic unload has been told of; what it unloaded
         #: ((pid, model id, name, device), for "Reload now").
         self.auto_unload_noticed = False
@@ -156,6 +167,7 @@ class DesktopShell(QObject):
         self.tray = tray
         self.notifier.tray = tray
         tray.icon.messageClicked.connect(self.show_window)
+        tray.icon.messageClicked.connect(self.notifier.tray_clicked)
         self._refresh_tray()
         tray.show()
 
@@ -191,9 +203,23 @@ class DesktopShell(QObject):
         if ids != self._gpu_ids:
             self._gpu_ids = ids
             self._apply_alert_settings()
+        reports = {r.pid: r for r in snapshot.oom_reports}
+        for r in reports.values():
+            self._reported[r.pid] = r.id
+        while len(self._reported) > 64:
+            self._reported.pop(next(iter(self._reported)))
         for alert in self.policy.evaluate(snapshot):
-            self._alert(alert)
+            report_id = None
+            if alert.kind == "oom" and alert.pid is not None:
+                report = reports.pop(alert.pid, None)
+                report_id = report.id if report is not None else self._reported.get(alert.pid)
+            self._alert(alert, report_id)
+        cfg = self.policy.config
+        if cfg.enabled and cfg.oom_alerts and not self.policy.paused(snapshot.monotonic):
+            for r in reports.values():  # its count's alert came earlier (or comes later)
+                self._alert(report_alert(r, snapshot.monotonic), r.id)
         self._retract_banner(snapshot)
+        self._retract_full_soon(snapshot)
         self._notice_auto_unload(snapshot)
         if self.tray is not None and time.monotonic() - self._tray_refreshed >= TRAY_REFRESH_S:
             self._refresh_tray()
@@ -208,11 +234,14 @@ class DesktopShell(QObject):
         idle = idle_models(snapshot, self.settings.auto_unload.min_idle_s)
         self.tray.set_agent_actions(agents, len(idle))
 
-    def _alert(self, alert: Alert) -> None:
-        channel = self.notifier.notify(alert)
-        self.window.add_activity(ActivityEntry(
-            time.time(), "", "", alert.title, alert.message, detail=alert.message,
-            error=alert.kind != "memory", kind="alert"))
+    def _alert(self, alert: Alert, report_id: str | None = None) -> None:
+        channel = self.notifier.notify(alert, report_id)
+        if alert.kind == "full_soon" and alert.display_id is not None:
+            self._full_soon.add(alert.display_id)
+        if report_id is None:  # a report has its own Activity row (the window's)
+            self.window.add_activity(ActivityEntry(
+                time.time(), "", "", alert.title, alert.message, detail=alert.message,
+                error=alert.kind not in ("memory", "full_soon"), kind="alert"))
         log.info("alert (%s): %s", channel.value, alert.title)
         self.alerted.emit(alert, channel.value)
 
@@ -228,6 +257,21 @@ class DesktopShell(QObject):
         gone = snapshot.error is None and alert.display_id not in self._gpu_ids
         if gone or self.policy.rearmed(alert.display_id):
             banner.retract()
+
+    def _retract_full_soon(self, snapshot: Snapshot) -> None:
+        """A "full in ~N min" warning goes (notification closed, banner hidden) once
+        no current diagnosis says so of its GPU any more."""
+        if not self._full_soon or snapshot.error is not None:
+            return
+        held = {d.gpu for d in snapshot.diagnoses if d.kind == "full_soon"}
+        for did in sorted(self._full_soon - held):
+            self._full_soon.discard(did)
+            self.notifier.retract("full_soon", did)
+
+    def open_report(self, report_id: str) -> None:
+        """A notification's "Open report": the window, and the report in its dialog."""
+        self.show_window()
+        self.window.open_oom_report(report_id)
 
     def _apply_alert_settings(self) -> None:
         base, per_gpu = alert_configs(self.settings.alerts, self._latest)
@@ -378,4 +422,4 @@ class DesktopShell(QObject):
             log.warning("settings could not be written to %s", self.store.path)
 
 
-__all__ = ["DesktopShell", "alert_configs"]
+__all__ = ["DesktopShell", "alert_configs", "report_alert"]

@@ -77,6 +77,7 @@ def probe_platform(dbus: Any) -> PlatformAnswers:
 
 
 FREE_ACTION = "free"
+OPEN_REPORT_ACTION = "open-report"
 SHOW_ACTION = "default"  # the spec's name for a click on the notification itself
 
 
@@ -163,10 +164,10 @@ class AlertBanner(QWidget):
 
     def show_actions(self, title: str, body: str,
                      actions: Sequence[tuple[str, Callable[[], None]]],
-                     kind: str = "hint") -> None:
+                     kind: str = "hint", alert: Alert | None = None) -> None:
         """A message with buttons of its own, before Dismiss: (label, what a click
         does); a click also hides the banner.  The next message drops them."""
-        self.show_message(title, body, kind)
+        self.show_message(title, body, kind, alert=alert)
         lay = self.frame.layout()
         for label, run in actions:
             button = QPushButton(label, self.frame)
@@ -190,10 +191,11 @@ class AlertBanner(QWidget):
 
     def _style(self) -> None:
         # Opaque: the content under the banner must not show through its text.
-        edge = QColor(pal.LEVEL_COLORS[pal.LEVEL_CRITICAL if self.kind == "alert"
-                                       else pal.LEVEL_NORMAL])
+        level = {"alert": pal.LEVEL_CRITICAL, "warning": pal.LEVEL_WARNING}.get(
+            self.kind, pal.LEVEL_NORMAL)
+        edge = QColor(pal.LEVEL_COLORS[level])
         base = self.palette().color(QPalette.ColorRole.Window)
-        fill = pal.blend(base, edge, 0.16 if self.kind == "alert" else 0.12)
+        fill = pal.blend(base, edge, 0.16 if self.kind in ("alert", "warning") else 0.12)
         self.frame.setStyleSheet(
             "QFrame#alertBanner { border-radius: 6px; border: 1px solid %s; background: %s; }"
             % (pal.hex_color(edge), pal.hex_color(fill)))
@@ -263,6 +265,7 @@ class Notifier(QObject):
     free_requested = Signal(str)  # display id ("" = every GPU)
     show_requested = Signal()
     action_requested = Signal(str, str)  # a notice's key, the key of its action clicked
+    report_requested = Signal(str)  # an OOM report's id: its "Open report" was clicked
 
     def __init__(self, channel: Channel, tray: Any = None, dbus: Any = None,
                  banner: AlertBanner | None = None, parent: QObject | None = None) -> None:
@@ -275,6 +278,8 @@ class Notifier(QObject):
         self._ids: dict[str, int] = {}  # alert key -> server id, so a repeat replaces it
         self._actions: dict[int, str] = {}  # server id -> display id its Free button frees
         self._notices: dict[int, str] = {}  # server id -> key of a notify_actions notice
+        self._reports: dict[int, str] = {}  # server id -> the OOM report it opens
+        self._tray_report: str | None = None  # the report the last tray message tells of
         if dbus is not None and hasattr(dbus, "action_invoked"):
             dbus.action_invoked.connect(self._on_dbus_action)
         if banner is not None:
@@ -285,23 +290,31 @@ class Notifier(QObject):
     def set_channel(self, channel: Channel) -> None:
         self.channel = channel
 
-    def notify(self, alert: Alert) -> Channel:
+    def notify(self, alert: Alert, report_id: str | None = None) -> Channel:
         """Show ``alert``; returns the channel that took it (a failed D-Bus call falls
-        back to the tray, then the banner)."""
+        back to the tray, then the banner).  ``report_id``: the OOM report it tells
+        of, offered as "Open report" (a click on a tray message opens it)."""
         channel = self.channel
-        if channel is Channel.DBUS and not self._send_dbus(alert):
+        if channel is Channel.DBUS and not self._send_dbus(alert, report_id):
             channel = Channel.TRAY if self._tray_visible() else Channel.BANNER
         if channel is Channel.TRAY:
             if self._tray_visible():
+                self._tray_report = report_id
                 self.tray.message(alert.title, alert.message,
                                   critical=alert.kind != "memory" or (alert.level or 0) >= 0.95)
             else:
                 channel = Channel.BANNER
         if channel is Channel.BANNER and self.banner is not None:
             free = alert.display_id if alert.freeable else None
+            kind = "warning" if alert.kind == "full_soon" else "alert"
             # A banner stays until dismissed: say when it was true.
-            self.banner.show_message(f"{alert.title} (at {time.strftime('%H:%M')})",
-                                     alert.message, "alert", free, alert=alert)
+            title = f"{alert.title} (at {time.strftime('%H:%M')})"
+            if report_id is not None:
+                self.banner.show_actions(title, alert.message, [(
+                    "Open report", partial(self.report_requested.emit, report_id))],
+                    kind, alert=alert)
+            else:
+                self.banner.show_message(title, alert.message, kind, free, alert=alert)
         self.sent.append((channel, alert))
         del self.sent[:-50]
         return channel
@@ -309,12 +322,33 @@ class Notifier(QObject):
     def _tray_visible(self) -> bool:
         return self.tray is not None and self.tray.icon.isVisible()
 
-    def _send_dbus(self, alert: Alert) -> bool:
+    def tray_clicked(self) -> None:
+        """A click on the tray's last message: its OOM report, if it told of one."""
+        if self._tray_report is not None:
+            self.report_requested.emit(self._tray_report)
+
+    def retract(self, kind: str, display_id: str | None, pid: int | None = None) -> None:
+        """What an alert of ``kind`` said no longer holds: its notification is
+        closed and its banner hidden."""
+        nid = self._ids.pop(f"{kind}:{display_id}:{pid}", 0)
+        if nid and self.dbus is not None and hasattr(self.dbus, "close"):
+            try:
+                self.dbus.close(nid)
+            except Exception:
+                pass
+        shown = self.banner.alert if self.banner is not None else None
+        if shown is not None and (shown.kind, shown.display_id, shown.pid) == (
+                kind, display_id, pid) and self.banner is not None:
+            self.banner.retract()
+
+    def _send_dbus(self, alert: Alert, report_id: str | None = None) -> bool:
         if self.dbus is None:
             return False
         actions: list[tuple[str, str]] = [(SHOW_ACTION, "Show VRAM Steward")]
         if alert.freeable and alert.display_id is not None:
             actions.insert(0, (FREE_ACTION, "Free caches"))
+        if report_id is not None:
+            actions.insert(0, (OPEN_REPORT_ACTION, "Open report"))
         key = f"{alert.kind}:{alert.display_id}:{alert.pid}"
         try:
             nid = self.dbus.notify(
@@ -328,6 +362,10 @@ class Notifier(QObject):
         self._ids[key] = nid
         if alert.freeable and alert.display_id is not None:
             self._actions[nid] = alert.display_id
+        if report_id is not None:
+            self._reports[nid] = report_id
+            if len(self._reports) > 64:
+                self._reports.pop(next(iter(self._reports)))
         return True
 
     def notify_actions(self, key: str, title: str, body: str,
@@ -355,7 +393,9 @@ class Notifier(QObject):
         return Channel.BANNER
 
     def _on_dbus_action(self, nid: int, key: str) -> None:
-        if nid in self._notices and key != SHOW_ACTION:
+        if key == OPEN_REPORT_ACTION and nid in self._reports:
+            self.report_requested.emit(self._reports[nid])
+        elif nid in self._notices and key != SHOW_ACTION:
             self.action_requested.emit(self._notices[nid], key)
         elif key == FREE_ACTION and nid in self._actions:
             self.free_requested.emit(self._actions[nid])
@@ -364,4 +404,4 @@ class Notifier(QObject):
 
 
 __all__ = ["AlertBanner", "Channel", "Notifier", "PlatformAnswers", "choose_channel",
-           "probe_platform", "FREE_ACTION", "SHOW_ACTION"]
+           "probe_platform", "FREE_ACTION", "OPEN_REPORT_ACTION", "SHOW_ACTION"]

@@ -7,18 +7,27 @@ decisions; and the Auto-unload control, whose settings go to the controller.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
+
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QTreeWidgetItem
 
 from app.core.agents.events import DecisionUpdate, ModelEventRecord, event_line, target_text
 from app.core.agents.types import ModelEvent
 from app.core.control.measure import ActionFigures, released_text
 from app.core.control.records import UNLOAD, ModelAction
 from app.core.control.requests import SetAutoUnload
+from app.core.diagnosis.types import OomReport
 from app.core.monitor.samples import Snapshot
 from app.core.units import fmt_bytes, fmt_fraction
 from app.ui.agents.activity import ActivityEntry, reason_text
+from app.ui.agents.agent_views import ProcessDetailView
 from app.ui.agents.auto_unload import LastUnload
+from app.ui.doctor.doctor_view import DoctorView
+from app.ui.doctor.oom_dialog import OomDialog
+from app.ui.doctor.texts import oom_line, short_verdict
 from app.ui.settings.values import AutoUnloadSettings
 from app.ui.style import palette as pal
 
@@ -35,6 +44,76 @@ class ActivityViews:
     #: The GUI's handle on the app's memory-pressure policy (set_policy): where the
     #: controller finds the PolicyRunner the Auto-unload settings apply to.
     policy: Any
+
+    # -- the Doctor tab and OOM reports ---------------------------------------------------------
+    def _make_doctor(self) -> None:
+        self.doctor = DoctorView(self.lower_tabs)
+        self.lower_tabs.addTab(self.doctor, "Doctor")
+        self.doctor.request.connect(self.submit)
+        self.doctor.record_requested.connect(self.open_recording)
+        self.doctor.open_report.connect(self.open_oom_report)
+        self.doctor.count_changed.connect(self._on_doctor_count)
+        self.activity.tree.itemDoubleClicked.connect(self._on_activity_activated)
+        #: Activity rows of OOM reports: entry key -> report (double-click opens it).
+        self._oom_rows: dict[tuple[int, int], OomReport] = {}
+        self._oom_seq = itertools.count(1)
+
+    def _on_diagnoses(self, snapshot: Snapshot) -> None:
+        self.doctor.update_snapshot(snapshot, self.controller.available)
+        for report in snapshot.oom_reports:
+            self._log_oom(report)
+
+    def _log_oom(self, report: OomReport) -> None:
+        """An Activity row for a new OOM report; double-clicking it opens the report."""
+        key = (report.pid, -next(self._oom_seq))  # never a model event's (pid, seq)
+        self._oom_rows[key] = report
+        if len(self._oom_rows) > 200:
+            self._oom_rows.pop(next(iter(self._oom_rows)))
+        label = self._process_label(report.pid)
+        where = f"OOM on GPU {report.gpu}" if report.gpu is not None else "OOM"
+        self._add_activity(ActivityEntry(
+            report.time, label if label != f"pid {report.pid}" else (report.command or label),
+            "", where, short_verdict(report.verdict),
+            detail=f"{oom_line(report)} (double-click: the report)", error=True, kind="oom",
+            key=key))
+
+    def _on_activity_activated(self, item: QTreeWidgetItem, _column: int) -> None:
+        index = self.activity.tree.indexOfTopLevelItem(item)
+        entries = self.activity.entries
+        if 0 <= index < len(entries) and entries[index].key in self._oom_rows:
+            self.open_oom_report(self._oom_rows[entries[index].key])
+
+    def open_oom_report(self, report: OomReport | str) -> OomDialog | None:
+        """Show an OOM report (or the one with that id) in its dialog."""
+        if isinstance(report, str):
+            found = self.doctor.reports.get(report)
+            if found is None:
+                return None
+            report = found
+        dialog = OomDialog(report, self, color_of=self._color_of_pid,
+                           can_act=self.controller.available, snapshot=self._latest)
+        dialog.request.connect(self.submit)
+        dialog.record_requested.connect(self.open_recording)
+        dialog.show()
+        dialog.raise_()
+        return dialog
+
+    def open_recording(self, pid: int) -> ProcessDetailView:
+        """The detail view of ``pid`` at its "Record allocations" section; the user
+        chooses the length and starts it."""
+        view: ProcessDetailView = self.open_details(pid)
+        view.record_view.bring_into_view()
+        return view
+
+    def _color_of_pid(self, pid: int) -> QColor | None:
+        snap = self._latest
+        for p in (p for g in (snap.gpus if snap else ()) for p in g.processes if p.pid == pid):
+            return self.process_colors.color_of(p.key)
+        return None
+
+    def _on_doctor_count(self, warnings: int) -> None:
+        index = self.lower_tabs.indexOf(self.doctor)
+        self.lower_tabs.setTabText(index, f"Doctor ({warnings})" if warnings else "Doctor")
 
     # -- the pressure policy's settings -------------------------------------------------------
     def set_policy(self, runner: Any) -> None:

@@ -202,6 +202,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.activity = ActivityLog(self.lower_tabs, limit=self.settings.activity_rows)
         self.lower_tabs.addTab(table_box, "Processes")
         self.lower_tabs.addTab(self.activity, "Activity")
+        self._make_doctor()  # the third tab: diagnoses, fixes and OOM reports
         self.lower_tabs.currentChanged.connect(self._on_tab_changed)
         self._unseen_activity = 0
         table_title.setVisible(False)  # the tab says it
@@ -307,6 +308,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         for update in snapshot.policy_decisions:
             self._on_policy_decision(update)
         self._show_measured_models()
+        self._on_diagnoses(snapshot)
         if self.details is not None and self.details.isVisible():
             self._update_details(snapshot, self.details.pid in busy, can_act)
 
@@ -389,6 +391,11 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
                 self._refresh_panel(did, panel)
         if display_id is not None:
             self.gpu_area.select_gpu(display_id)
+
+    def open_details(self, pid: int) -> ProcessDetailView:
+        view = super().open_details(pid)
+        view.record_view.set_controller(self.controller)  # its recordings' updates
+        return view
 
     def _make_panel(self, did: str) -> GpuPanel:
         panel = GpuPanel(did, self.gpu_area.panels_host, colors=self.process_colors)
