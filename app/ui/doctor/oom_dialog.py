@@ -288,10 +288,6 @@ class OomDialog(QDialog):
         self._fill_holders()
         self.resize(self.default_size())
 
-    def set_snapshot(self, snapshot: Snapshot | None) -> None:
-        """Offer "Terminate…" as ``snapshot`` allows (the confirmation checks again)."""
-        self.fixes.check_terminate(snapshot)
-
     def default_size(self) -> QSize:
         """As wide as :data:`DEFAULT_WIDTH` and as tall as the contents, within
         :data:`SCREEN_SHARE` of the screen's free area (the body scrolls past that)."""
