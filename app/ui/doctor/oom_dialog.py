@@ -354,7 +354,9 @@ class OomDialog(QDialog):
             0, r.memory_total - r.memory_used)
         others = ", and by no listed process (violet)" if r.unattributed else ""
         self.bar_legend.setText(
-            f"Coloured: held by the processes below{others}; grey: free ({fmt_bytes(free)}); "
+            f"Coloured: held by the processes below{others}; grey: not in use at the app's "
+            f"sample{_age(r.snapshot_age_s)} ({fmt_bytes(free)}, the driver's reserve included; "
+            "the figures above are the agent's, at the OOM itself); "
             f"the tick: the card's end; dashed: the request ({fmt_bytes(r.request)}), "
             "where it would have had to fit.")
 
@@ -370,3 +372,8 @@ class OomDialog(QDialog):
 
 
 __all__ = ["HoldersBar", "OomDialog", "explanation_text", "figures"]
+
+
+def _age(seconds: float | None) -> str:
+    """" 0.2 s before the OOM" (the joined snapshot's distance from it), or ""."""
+    return "" if seconds is None else f" {seconds:.1f} s before the OOM"
