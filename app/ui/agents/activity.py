@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -22,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from app.core.units import NA, fmt_bytes
 from app.ui.style import palette as pal
+from app.ui.style.tables import flat_list
 
 ACTIVITY_COLUMNS = ("Time", "Process", "Model", "Event", "Reason", "Freed", "Took",
                     "Details")
@@ -59,14 +58,7 @@ class ActivityLog(QWidget):
         self._counts: dict[int, int] = {}
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.tree = QTreeWidget(self)
-        self.tree.setObjectName("activityLog")
-        self.tree.setColumnCount(len(ACTIVITY_COLUMNS))
-        self.tree.setHeaderLabels(list(ACTIVITY_COLUMNS))
-        self.tree.setRootIsDecorated(False)
-        self.tree.setUniformRowHeights(True)
-        self.tree.setAlternatingRowColors(True)
-        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.tree = flat_list(self, "activityLog", ACTIVITY_COLUMNS)
         self.tree.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         header = self.tree.header()
         header.setStretchLastSection(True)

@@ -17,7 +17,6 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QHBoxLayout,
     QLabel,
@@ -25,7 +24,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -36,6 +34,7 @@ from app.core.control.records import RecordAction
 from app.core.control.requests import RECORD_SECONDS, RecordAllocations, RequestError
 from app.core.units import NA, fmt_bytes
 from app.ui.style import palette as pal
+from app.ui.style.tables import flat_list
 
 SITE_COLUMNS = ("Call site", "Allocated", "Count", "Still allocated")
 SCOL_SITE, SCOL_BYTES, SCOL_COUNT, SCOL_LIVE = range(len(SITE_COLUMNS))
@@ -122,14 +121,7 @@ class RecordView(QWidget):
         head.addWidget(self.status, 1)
         lay.addLayout(head)
 
-        self.table = QTreeWidget(self)
-        self.table.setObjectName("recordTable")
-        self.table.setColumnCount(len(SITE_COLUMNS))
-        self.table.setHeaderLabels(list(SITE_COLUMNS))
-        self.table.setRootIsDecorated(False)
-        self.table.setUniformRowHeights(True)
-        self.table.setAlternatingRowColors(True)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table = flat_list(self, "recordTable", SITE_COLUMNS)
         self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)  # the file:line end matters
         header = self.table.header()
         header.setStretchLastSection(False)

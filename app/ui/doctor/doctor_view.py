@@ -16,14 +16,12 @@ from typing import Any
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QPalette
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFrame,
     QHBoxLayout,
     QLabel,
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -35,6 +33,7 @@ from app.ui.doctor.fixes import FixList
 from app.ui.doctor.past_reports import PastReports
 from app.ui.doctor.texts import SEVERITY_RANK, SEVERITY_TEXT, report_row, where_text
 from app.ui.style import palette as pal
+from app.ui.style.tables import flat_list
 
 PAST_COLUMNS = ("Time", "Process", "Asked for", "Cause")
 _LEVEL_OF = {"critical": pal.LEVEL_CRITICAL, "warning": pal.LEVEL_WARNING,
@@ -204,14 +203,7 @@ class DoctorView(QWidget):
         shead.addStretch(1)
         shead.addWidget(self.refresh_button)
         slay.addLayout(shead)
-        self.past_list = QTreeWidget(side)
-        self.past_list.setObjectName("pastReports")
-        self.past_list.setColumnCount(len(PAST_COLUMNS))
-        self.past_list.setHeaderLabels(list(PAST_COLUMNS))
-        self.past_list.setRootIsDecorated(False)
-        self.past_list.setUniformRowHeights(True)
-        self.past_list.setAlternatingRowColors(True)
-        self.past_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.past_list = flat_list(side, "pastReports", PAST_COLUMNS)
         self.past_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.past_list.header().setStretchLastSection(True)
         fm = self.fontMetrics()

@@ -17,7 +17,6 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDialog,
     QFrame,
     QGridLayout,
@@ -26,7 +25,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -37,6 +35,7 @@ from app.core.units import NA, fmt_bytes, fmt_duration
 from app.ui.doctor.fixes import FixList
 from app.ui.doctor.texts import verdict_text
 from app.ui.style import palette as pal
+from app.ui.style.tables import Selection, flat_list
 
 HOLDER_COLUMNS = ("Process", "PID", "GPU memory", "Live tensors", "Cache", "Agent",
                   "Idle models")
@@ -231,14 +230,8 @@ class OomDialog(QDialog):
         self.bar_legend.setObjectName("secondary")
         self.bar_legend.setWordWrap(True)
         body.addWidget(self.bar_legend)
-        self.holders = QTreeWidget(self.body)
-        self.holders.setObjectName("oomHolders")
-        self.holders.setColumnCount(len(HOLDER_COLUMNS))
-        self.holders.setHeaderLabels(list(HOLDER_COLUMNS))
-        self.holders.setRootIsDecorated(False)
-        self.holders.setUniformRowHeights(True)
-        self.holders.setAlternatingRowColors(True)
-        self.holders.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.holders = flat_list(self.body, "oomHolders", HOLDER_COLUMNS,
+                                 Selection.NoSelection)
         self.holders.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         fm = self.fontMetrics()
         for col, sample in ((HCOL_PROCESS, "serve_embeddings.py (this one)"), (HCOL_PID, "000000"),
