@@ -15,11 +15,13 @@ MAX_BYTES = 1024 * 1024  # rotate at 1 MiB: agent.log -> agent.log.1
 
 _lock = threading.Lock()
 
+STATE_DIR_ENV = "VRAM_STEWARD_STATE_DIR"
+
 
 def state_dir() -> str:
     """The per-user state dir (``VRAM_STEWARD_STATE_DIR`` overrides it), as
     ``app.core.paths.state_dir`` says."""
-    override = os.environ.get("VRAM_STEWARD_STATE_DIR")
+    override = os.environ.get(STATE_DIR_ENV)
     if override:
         return override
     if sys.platform == "win32":

@@ -9,22 +9,14 @@ overrides it (tests, portable installs).
 from __future__ import annotations
 
 import os
-import sys
 
-STATE_DIR_ENV = "VRAM_STEWARD_STATE_DIR"
+from app.agent import log as agent_log
 
 
 def state_dir() -> str:
-    """The state directory (not created here)."""
-    override = os.environ.get(STATE_DIR_ENV)
-    if override:
-        return override
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~\\AppData\\Local")
-        return os.path.join(base, "vram-steward")
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "vram-steward")
+    """The state directory (not created here): the agent's rule, so the app
+    finds what the agent writes there (its log, recordings)."""
+    return agent_log.state_dir()
 
 
 def ensure_private_dir(path: str) -> str:
