@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -32,3 +33,11 @@ def _require_nvidia_gpu(nvidia_smi_available: tuple[bool, str]) -> None:
     ok, why = nvidia_smi_available
     if not ok:
         pytest.skip(f"needs an NVIDIA GPU: {why}")
+
+
+@pytest.fixture
+def runtime():
+    """A private runtime dir for the agents a test starts."""
+    path = tempfile.mkdtemp(prefix="vsgpu-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -4,22 +4,14 @@ per-process figure by the cache, and the agent never initialises CUDA."""
 
 from __future__ import annotations
 
-import json
-import os
-import select
-import subprocess
-import sys
-import tempfile
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from app.core.agents import client as agent_client
-from app.core.agents import registry as agent_registry
+from tests.gpu.agent_children import ROOT, entry_for, read_line, start
 
-ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024**2
 
 pytestmark = pytest.mark.skipif(
@@ -59,40 +51,6 @@ CPU_CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def runtime():
-    path = tempfile.mkdtemp(prefix="vsgpu-")
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
-
-
-def start(tmp_path: Path, runtime: str, script: str):
-    path = tmp_path / "child.py"
-    path.write_text(script)
-    stop = tmp_path / "stop"
-    env = {**os.environ, "VRAM_STEWARD_RUNTIME_DIR": runtime}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "run", "--", sys.executable,
-                             str(path), str(stop)], stdout=subprocess.PIPE, env=env,
-                            stdin=subprocess.DEVNULL)
-    return proc, stop
-
-
-def read_line(proc, timeout: float = 120.0) -> dict:
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "child printed nothing"
-    return json.loads(proc.stdout.readline())
-
-
-def entry_for(runtime: str, pid: int, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in agent_registry.read_registry(runtime):
-            if entry.pid == pid:
-                return entry
-        time.sleep(0.1)
-    raise AssertionError(f"no agent registered for {pid}")
-
-
 def nvml_used(pid: int) -> int | None:
     import pynvml
 
@@ -108,7 +66,7 @@ def nvml_used(pid: int) -> int | None:
 
 
 def test_reported_figures_equal_the_process_own_and_free_cache_lowers_nvml(tmp_path, runtime):
-    proc, stop = start(tmp_path, runtime, CUDA_CHILD)
+    proc, stop, _ = start(tmp_path, runtime, CUDA_CHILD)
     try:
         own = read_line(proc)
         entry = entry_for(runtime, own["pid"])
@@ -137,7 +95,7 @@ def test_reported_figures_equal_the_process_own_and_free_cache_lowers_nvml(tmp_p
 
 
 def test_agent_never_initialises_cuda(tmp_path, runtime):
-    proc, stop = start(tmp_path, runtime, CPU_CHILD)
+    proc, stop, _ = start(tmp_path, runtime, CPU_CHILD)
     try:
         pid = read_line(proc)["pid"]
         entry = entry_for(runtime, pid)

@@ -9,23 +9,17 @@ and everything is freed before the child exits.
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import stat
 import subprocess
-import sys
-import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from app.core.agents import client as agent_client
-from app.core.agents import registry as agent_registry
+from tests.gpu.agent_children import entry_for, read_line, start
 
-ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024**2
 
 PLAIN_OOM_CHILD = textwrap.dedent("""
@@ -141,44 +135,6 @@ RECORD_CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def runtime():
-    path = tempfile.mkdtemp(prefix="vsgpu-")
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
-
-
-def start(tmp_path: Path, runtime: str, script: str):
-    path = tmp_path / "child.py"
-    path.write_text(script)
-    stop = tmp_path / "stop"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
-    env.update(VRAM_STEWARD_RUNTIME_DIR=runtime, VRAM_STEWARD_STATE_DIR=str(tmp_path / "state"))
-    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "run", "--", sys.executable,
-                             str(path), str(stop)], stdout=subprocess.PIPE, env=env,
-                            stdin=subprocess.DEVNULL)
-    return proc, stop, path
-
-
-def read_line(proc, timeout: float = 300.0) -> dict:
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "child printed nothing"
-    line = proc.stdout.readline()
-    assert line, f"child exited (rc={proc.poll()})"
-    return json.loads(line)
-
-
-def entry_for(runtime: str, pid: int, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in agent_registry.read_registry(runtime):
-            if entry.pid == pid:
-                return entry
-        time.sleep(0.1)
-    raise AssertionError(f"no agent registered for {pid}")
-
-
 def finish(proc, stop: Path) -> None:
     stop.write_text("stop")
     try:
@@ -191,7 +147,7 @@ def finish(proc, stop: Path) -> None:
 def test_a_real_oom_is_captured_and_read_back(tmp_path, runtime):
     proc, stop, _ = start(tmp_path, runtime, PLAIN_OOM_CHILD)
     try:
-        own = read_line(proc)
+        own = read_line(proc, 300.0)
         assert own["error"] is not None, "the child did not run out of memory"
         entry = entry_for(runtime, own["pid"])
         report = agent_client.query_report(entry, timeout_s=10, models=False)
@@ -219,7 +175,7 @@ def test_a_real_oom_is_captured_and_read_back(tmp_path, runtime):
 def test_a_fragmentation_oom_shows_a_largest_free_block_below_the_request(tmp_path, runtime):
     proc, stop, _ = start(tmp_path, runtime, FRAGMENTATION_CHILD)
     try:
-        own = read_line(proc)
+        own = read_line(proc, 300.0)
         if own["error"] is None:
             pytest.skip(f"no fragmentation OOM on this card ({own})")
         entry = entry_for(runtime, own["pid"])
@@ -240,7 +196,7 @@ def test_a_fragmentation_oom_shows_a_largest_free_block_below_the_request(tmp_pa
 def test_record_for_two_seconds_names_the_allocating_line(tmp_path, runtime):
     proc, stop, script = start(tmp_path, runtime, RECORD_CHILD)
     try:
-        own = read_line(proc)
+        own = read_line(proc, 300.0)
         entry = entry_for(runtime, own["pid"])
         result = agent_client.record(entry, 2, max_entries=100_000)
         assert result.ok, result.error

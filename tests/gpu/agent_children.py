@@ -1,0 +1,50 @@
+"""Real child processes started under the agent (``main.py run``) for the GPU
+tests: start one with a script, read its JSON lines, find its registry entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from app.core.agents import registry as agent_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(tmp_path: Path, runtime: str, script: str):
+    """The child runs ``script`` with a stop-file path as argv[1]; its own
+    runtime and state dirs, and no allocator configuration from the caller's
+    environment.  Returns (process, stop file, script path)."""
+    path = tmp_path / "child.py"
+    path.write_text(script)
+    stop = tmp_path / "stop"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    env.update(VRAM_STEWARD_RUNTIME_DIR=runtime, VRAM_STEWARD_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "run", "--", sys.executable,
+                             str(path), str(stop)], stdout=subprocess.PIPE, env=env,
+                            stdin=subprocess.DEVNULL)
+    return proc, stop, path
+
+
+def read_line(proc, timeout: float = 120.0) -> dict:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "child printed nothing"
+    line = proc.stdout.readline()
+    assert line, f"child exited (rc={proc.poll()})"
+    return json.loads(line)
+
+
+def entry_for(runtime: str, pid: int, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in agent_registry.read_registry(runtime):
+            if entry.pid == pid:
+                return entry
+        time.sleep(0.1)
+    raise AssertionError(f"no agent registered for {pid}")
