@@ -144,8 +144,9 @@ class Doctor:
     def _ooms(self, snapshot: Snapshot) -> list[OomReport]:
         new: list[OomReport] = []
         for pid, report in snapshot.agents.items():
-            for capture in getattr(report, "ooms", ()):
-                create = self._create_time(pid)
+            captures = getattr(report, "ooms", ())
+            create = self._create_time(pid) if captures else None
+            for capture in captures:
                 key = (pid, create, capture.seq)
                 if key in self._seen_ooms:
                     continue
