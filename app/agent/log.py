@@ -2,14 +2,20 @@
 
 Never raises.  The agent must not write to the host's stdout/stderr or touch
 the host's ``logging`` configuration, so this is a tiny self-contained writer.
+It writes only inside a private state dir (``paths.ensure_state_dir``: ours,
+0700, no symlink), never through a link, and only to a regular file of ours:
+in any other state dir the agent does not log at all.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import threading
 import time
+
+from . import paths
 
 MAX_BYTES = 1024 * 1024  # rotate at 1 MiB: agent.log -> agent.log.1
 
@@ -32,20 +38,26 @@ def state_dir() -> str:
     return os.path.join(base, "vram-steward")
 
 
+def private_state_dir() -> str:
+    """The state dir, created 0700 and checked; raises UnsafeDir or OSError."""
+    return paths.ensure_state_dir(state_dir(), named=bool(os.environ.get(STATE_DIR_ENV)))
+
+
 def log_path() -> str:
     return os.path.join(state_dir(), "agent.log")
 
 
 def _write(text: str) -> None:
-    path = log_path()
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        private_state_dir()  # nothing is written in a state dir that is not private
+        path = log_path()
         try:
-            if os.path.getsize(path) > MAX_BYTES:
-                os.replace(path, path + ".1")
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_BYTES:
+                os.replace(path, path + ".1")  # a rename: follows no link
         except OSError:
             pass
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = paths.open_private_file(path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, text.encode("utf-8", "replace"))
         finally:

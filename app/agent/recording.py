@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from . import log as _log
-from . import protocol
+from . import paths, protocol
 from .errors import ActionError, BadParams
 from .introspect import cuda_initialized, loaded_torch
 
@@ -56,7 +56,9 @@ def parse_params(params: dict[str, Any]) -> tuple[float, int]:
 
 
 def recordings_dir() -> str:
-    return os.path.join(_log.state_dir(), "recordings")
+    """``<state dir>/recordings``, created 0700 in the private state dir;
+    raises UnsafeDir or OSError (nothing is written in an unsafe one)."""
+    return paths.ensure_private_dir(os.path.join(_log.private_state_dir(), "recordings"))
 
 
 def _memory_api(torch: Any) -> Any:
@@ -122,9 +124,12 @@ def summarise(snapshot: Any, torch_dir: str, top: int = TOP_SITES
 
 
 def write_private(path: str, snapshot: Any) -> None:
-    """The snapshot as ``_dump_snapshot`` writes it, created 0600 (never replaced)."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """The snapshot as ``_dump_snapshot`` writes it, created 0600 (never replaced,
+    never through a link) in a private dir."""
+    paths.ensure_private_dir(os.path.dirname(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+        | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags, 0o600)
     with os.fdopen(fd, "wb") as f:
         pickle.dump(snapshot, f)
 
@@ -156,7 +161,11 @@ class Recorder:
 
     def _record(self, torch: Any, memory: Any, seconds: float,
                 max_entries: int) -> dict[str, Any]:
-        path = os.path.join(recordings_dir(), "%d-%s-%03d.pickle" % (
+        try:
+            folder = recordings_dir()
+        except (paths.UnsafeDir, OSError) as exc:
+            raise ActionError(protocol.REFUSED, "recordings are not written: %s" % exc) from None
+        path = os.path.join(folder, "%d-%s-%03d.pickle" % (
             os.getpid(), time.strftime("%Y%m%d-%H%M%S"), int(time.time() * 1000) % 1000))
         self.cancel.clear()
         options = {"enabled": "all", "context": "all", "stacks": "python",

@@ -83,7 +83,12 @@ class Agent:
     def start(self) -> None:
         t0 = time.perf_counter()
         opts = self.options
-        runtime = opts.get("runtime_dir") or paths.runtime_dir()
+        runtime = opts.get("runtime_dir")
+        if not runtime:
+            chosen = paths.claim_runtime_dir()  # the default, or its private fallback
+            runtime = chosen.path
+            if chosen.notice:
+                _log.log(chosen.notice)
         transport = opts.get("transport")
         if transport not in ("unix", "tcp"):
             transport = "unix" if hasattr(socket, "AF_UNIX") and sys.platform != "win32" else "tcp"

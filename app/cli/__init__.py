@@ -20,7 +20,7 @@ import sys
 
 from app import APP_NAME, __version__
 from app.cli import agents, doctor, gui, history, models, record, run, status
-from app.cli.common import EXIT_NO_SOURCE, EXIT_OK
+from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, new_command
 from app.cli.demo_option import DemoAction, attach_scenarios
 
 __all__ = ["EXIT_NO_SOURCE", "build_parser", "main"]
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str] | None) -> int:
+    new_command()
     parser = build_parser()
     args = parser.parse_args(attach_scenarios(sys.argv[1:] if argv is None else argv,
                                               _commands(parser)))

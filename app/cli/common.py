@@ -1,4 +1,5 @@
-"""What every command shares: exit statuses, JSON output, concurrent calls.
+"""What every command shares: exit statuses, JSON output, concurrent calls,
+the lines about refused folders (once per command, on stderr).
 
 Standard library only: ``run`` and ``agent-path`` import this and nothing else.
 """
@@ -21,6 +22,8 @@ EXIT_NOT_FOUND = 127
 T = TypeVar("T")
 R = TypeVar("R")
 
+_told: set[str] = set()
+
 
 def print_json(data: Any) -> None:
     """``data`` on stdout as indented JSON, newline-terminated."""
@@ -36,3 +39,15 @@ def gather(func: Callable[[T], R], items: Sequence[T], workers: int = 16) -> lis
 
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(func, items))
+
+
+def tell(line: str | None) -> None:
+    """A visible line about a folder refused, on stderr, once per command."""
+    if line and line not in _told:
+        _told.add(line)
+        print(line, file=sys.stderr)
+
+
+def new_command() -> None:
+    """A new command starts: its lines are told again."""
+    _told.clear()

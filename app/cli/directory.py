@@ -12,10 +12,14 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from app.cli.common import gather
+from app.cli.common import gather, tell
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.types import AgentEntry, AgentReport
+
+if TYPE_CHECKING:
+    from app.core.agents.hub import AgentHub
 
 #: Seconds of the demo replayed before a model command (see ``demo_model_agents``).
 DEMO_REPLAY_S = 320.0
@@ -29,8 +33,17 @@ def open_directory(args: argparse.Namespace, replay_s: float | None = None) -> A
         size = getattr(args, "demo_size", None)
         return (demo_agents(seed, size) if replay_s is None
                 else demo_model_agents(seed, replay_s, size))
-    from app.core.agents.hub import AgentHub
+    return real_agents()
 
+
+def real_agents() -> AgentHub:
+    """A one-shot AgentHub on every private registry of ours; each folder it
+    refuses (another user's, a symlink, open to others) is told on stderr."""
+    from app.core.agents.hub import AgentHub
+    from app.core.agents.registry import registry_folders
+
+    for line in registry_folders().notices:
+        tell(line)
     return AgentHub()
 
 

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from app import APP_NAME
-from app.cli.common import EXIT_FAILED, EXIT_NO_SOURCE, EXIT_OK, print_json
+from app.cli.common import EXIT_FAILED, EXIT_NO_SOURCE, EXIT_OK, print_json, tell
 
 if TYPE_CHECKING:
     from app.core.agents.directory import AgentDirectory
@@ -101,7 +101,12 @@ def _with_elapsed(data: dict[str, Any], since: float | None, started: float) -> 
 
 def _oom(args: argparse.Namespace) -> int:
     from app.core.diagnosis.report_store import ReportStore
+    from app.core.paths import state_notice
 
+    notice = state_notice()
+    if notice:  # its reports are not read
+        tell(notice)
+        return EXIT_FAILED
     store = ReportStore()
     reports = store.list(args.pid)
     if args.json:
@@ -126,9 +131,10 @@ def _live(args: argparse.Namespace) -> int:
     from app.core.monitor.collector import Collector
     from app.core.monitor.nvml_source import NvmlSource
     from app.core.monitor.source import SourceUnavailable
-    from app.core.paths import history_db_path
+    from app.core.paths import history_db_path, state_notice
     from app.core.store.query import read_history
 
+    tell(state_notice())  # stored history and OOM reports left out; live figures still count
     store = ReportStore()
     doctor = Doctor(store=store)
     history = read_history(history_db_path(), time.time() - HISTORY_S, pid=args.pid)
@@ -165,11 +171,10 @@ def _live(args: argparse.Namespace) -> int:
 
 
 def _agent_reports() -> dict[int, AgentReport]:
-    from app.cli.directory import read_reports
-    from app.core.agents.hub import AgentHub
+    from app.cli.directory import read_reports, real_agents
 
     try:
-        answers = read_reports(AgentHub(), timeout_s=2.0)
+        answers = read_reports(real_agents(), timeout_s=2.0)
     except Exception as exc:  # the registry unreadable: GPU figures still count
         print(f"{APP_NAME}: agents could not be read: {exc}", file=sys.stderr)
         return {}

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from app import APP_NAME
-from app.cli.common import EXIT_FAILED, EXIT_OK, print_json
+from app.cli.common import EXIT_FAILED, EXIT_OK, print_json, tell
 
 if TYPE_CHECKING:
     from app.core.store.query import StoredHistory
@@ -39,9 +39,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"{APP_NAME}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from app.core.paths import history_db_path
+    from app.core.paths import history_db_path, state_notice
     from app.core.store.query import read_history
 
+    notice = state_notice()
+    if notice:  # nothing is read from a folder that is not private
+        tell(notice)
+        return EXIT_FAILED
     path = history_db_path()
     stored = read_history(path, time.time() - since_s, pid=args.pid)
     if stored.error:

@@ -39,6 +39,25 @@ def agent_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def folder_notices() -> list[str]:
+    """The lines about folders the command's agents refuse: a runtime dir
+    another user holds (and the private one they use instead, made now so the
+    line can name it), an unsafe ``VRAM_STEWARD_RUNTIME_DIR``, an unsafe state dir."""
+    from app.agent import paths as agent_paths
+    from app.core.paths import state_notice
+
+    lines = []
+    try:
+        lines.append(agent_paths.claim_runtime_dir().notice)
+    except agent_paths.UnsafeDir as exc:
+        lines.append(agent_paths.refusal_line(exc.path, exc.reason, [], True))
+    except OSError as exc:
+        lines.append(f"{agent_paths.PREFIX}no runtime folder for the agents: "
+                     f"{exc.strerror or exc}")
+    lines.append(state_notice())
+    return [line for line in lines if line]
+
+
 def cmd_agent_path(args: argparse.Namespace) -> int:
     print(bootstrap_dir())
     return EXIT_OK
@@ -54,6 +73,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{APP_NAME}: run: no command given (usage: run [--] COMMAND ARGS...)",
               file=sys.stderr)
         return EXIT_NO_SOURCE
+    for line in folder_notices():  # the agents inside never write to the command's stderr
+        print(line, file=sys.stderr)
     env = agent_env()
     posix = os.name == "posix"
     # Interactive (a terminal): the command stays in our process group, so the

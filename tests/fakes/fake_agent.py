@@ -12,6 +12,8 @@ import json
 import os
 import secrets
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,10 +37,21 @@ def report_json(pid: int, allocated: int = 1000, reserved: int = 4000) -> dict[s
     }
 
 
+#: What an ``own_process`` fake's process runs: it makes the bound socket (its fd is
+#: the argument) listen, so the kernel names it as the socket's owner (SO_PEERCRED).
+_HOLDER = ("import socket, sys, time; s = socket.socket(fileno=int(sys.argv[1])); "
+           "s.listen(16); print('listening', flush=True); time.sleep(600)")
+
+
 class FakeAgent:
+    """``own_process``: the socket is made to listen in a sleeping child process
+    of its own, whose pid is the agent's: the kernel then reports that process
+    as the socket's owner, as for a real agent (the app checks it)."""
+
     def __init__(self, pid: int | None = None, transport: str = "unix",
-                 sock_dir: str | None = None) -> None:
+                 sock_dir: str | None = None, own_process: bool = False) -> None:
         self.pid = pid if pid is not None else os.getpid()
+        self.process: subprocess.Popen | None = None
         self.transport = transport
         self.token = secrets.token_hex(16) if transport == "tcp" else None
         self.protocol_version: Any = protocol.PROTOCOL_VERSION
@@ -69,12 +82,24 @@ class FakeAgent:
             self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self._server.bind(("127.0.0.1", 0))
             self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
-        self._server.listen(16)
+        if own_process:
+            self._start_holder()
+        else:
+            self._server.listen(16)
         self._server.settimeout(0.1)
         self._threads: list[threading.Thread] = []
         self._conns: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
+
+    def _start_holder(self) -> None:
+        fd = self._server.fileno()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(fd)], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, text=True, pass_fds=(fd,))
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline().strip() == "listening"
+        self.pid = self.process.pid
 
     def with_models(self, now: float | None = None) -> FakeAgent:
         """Two models on cuda:0, reported as the agent reports them: "m1" in train mode
@@ -121,10 +146,12 @@ class FakeAgent:
 
     def register(self, runtime: str, create_time: float | None = None, name: str | None = None
                  ) -> str:
+        """Write the entry as the agent does: 0600 in a 0700 ``agents`` dir."""
         folder = os.path.join(runtime, "agents")
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
         path = os.path.join(folder, name or f"{self.pid}.json")
-        with open(path, "w") as fh:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
             json.dump(self.entry_json(create_time), fh)
         return path
 
@@ -132,6 +159,12 @@ class FakeAgent:
         self._stop.set()
         self._thread.join(2)
         self._server.close()
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(5)
+            if self.process.stdout is not None:
+                self.process.stdout.close()
         for conn in self._conns:
             try:
                 conn.shutdown(socket.SHUT_RDWR)
@@ -238,8 +271,9 @@ class FakeAgent:
             return protocol.error(rid, protocol.UNKNOWN_METHOD, method)
         if method == "set_policy":
             ttl = params.get("idle_unload_s")
-            if ttl is not None and (not isinstance(ttl, (int, float)) or ttl <= 0):
-                return protocol.error(rid, protocol.BAD_PARAMS, "idle_unload_s must be > 0 or null")
+            problem = None if ttl is None else protocol.idle_unload_problem(ttl)
+            if problem is not None:  # the real agent's rule (app.agent.requests)
+                return protocol.error(rid, protocol.BAD_PARAMS, f"idle_unload_s {problem}")
             self.idle_unload_s = ttl
             return protocol.result(rid, {"idle_unload_s": ttl})
         known = {"unload": {"model", "to", "force"}, "reload": {"model"},

@@ -1,8 +1,11 @@
-"""One connection to one agent: connect, hello, auth, then calls.
+"""One connection to one agent: connect, peer check, hello, auth, then calls.
 
 Blocking, but every socket operation runs under a deadline: a hung or
 malicious agent can delay a caller by at most the timeout it passed, and can
 never make it decode anything but bounded JSON (``app.agent.protocol``).
+Over AF_UNIX, before anything is read or sent, the kernel's word on the
+socket's owner (``SO_PEERCRED``) must be: our uid, and the pid the registry
+entry names; anyone else's socket is refused unspoken to.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
+import os
 import socket
 import time
 from typing import Any
 
 from app.agent import protocol
+from app.agent.server.peers import peer_credentials
 from app.core.agents.types import AgentEntry
 
 #: Consecutive timed-out calls after which a connection is dropped (the agent
@@ -166,6 +171,8 @@ class AgentConnection:
                 sock = self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             except (OSError, TimeoutError) as exc:
                 raise self._fail(f"cannot connect to {entry.address}: {exc}", exc) from None
+        if entry.transport == "unix":
+            self._check_peer(sock)
         first = self._recv_message(deadline)
         hello = first.get("hello")
         if not isinstance(hello, dict):
@@ -192,6 +199,19 @@ class AgentConnection:
             self._next_id += 1
             self._send(protocol.request(self._next_id, "auth", {"hmac": mac}), deadline)
             self._read_reply(self._next_id, deadline)
+
+    def _check_peer(self, sock: socket.socket) -> None:
+        """The socket's server must be us (uid) and the entry's process (pid)."""
+        entry = self.entry
+        pid, uid = peer_credentials(sock)
+        own = os.getuid() if hasattr(os, "getuid") else None
+        if uid is None:
+            raise self._fail(f"cannot tell who serves {entry.address}: refused")
+        if uid != own:
+            raise self._fail(f"{entry.address} is served by uid {uid}, not you: refused")
+        if pid is not None and pid != entry.pid:
+            raise self._fail(f"{entry.address} is served by process {pid}, not {entry.pid}: "
+                             "refused")
 
     def _send(self, message: dict[str, Any], deadline: float) -> None:
         if self._sock is None:

@@ -87,6 +87,12 @@ class AgentDirectory(abc.ABC):
             log = self.__dict__["_replies"] = ModelEventLog()
         log.add(pid, (event,))
 
+    def notices(self) -> list[str]:
+        """One visible line per folder refused as not private (a runtime or
+        registry dir another user holds, say), from the latest registry read.
+        Never blocks on I/O: safe on any thread.  Simulated agents have none."""
+        return []
+
     def start(self) -> None:  # noqa: B027 (optional hook: most directories have nothing to start)
         """Begin background polling (if any)."""
 

@@ -1,8 +1,10 @@
 """Real agents: registry scans, one persistent connection per agent, reports.
 
 Qt-free; plain threads.  One scanner thread re-reads the registry about once a
-second (listdir + a stat per file; a file is parsed again only when it
+second (every private runtime dir of ours: the default and the fallbacks
+beside it; listdir + a stat per file; a file is parsed again only when it
 changed; stale entries are pruned) and keeps one worker thread per live agent.
+The folders it refuses come back as lines from ``notices()`` (no I/O).
 Each worker owns its connection and asks for ``report`` every period under its
 own timeout, so a hung agent only ever delays itself.  ``reports()`` returns a
 copy of the latest reports without any I/O.
@@ -98,7 +100,8 @@ class AgentHub(AgentDirectory):
         self._errors: dict[int, str] = {}
         self._entries: dict[int, AgentEntry] = {}
         self._workers: dict[int, _Worker] = {}
-        self._cache: dict[str, tuple[tuple[int, int], AgentEntry | None]] = {}
+        self._cache: dict[str, tuple[tuple[int, ...], AgentEntry | None]] = {}
+        self._notices: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._events = ModelEventLog()
@@ -115,9 +118,16 @@ class AgentHub(AgentDirectory):
 
     def entries(self) -> list[AgentEntry]:
         if self._thread is None:
-            return agent_registry.read_registry(self.runtime_dir)
+            scan = agent_registry.scan_registry(self.runtime_dir)
+            with self._lock:
+                self._notices = scan.notices
+            return scan.entries
         with self._lock:
             return sorted(self._entries.values(), key=lambda e: e.pid)
+
+    def notices(self) -> list[str]:
+        with self._lock:
+            return list(self._notices)
 
     def free_cache(self, pid: int, timeout_s: float = 30.0) -> FreeCacheResult:
         entry = self._entry_for(pid)
@@ -231,34 +241,38 @@ class AgentHub(AgentDirectory):
             self._errors[pid] = message
 
     def _read_entries(self) -> list[AgentEntry]:
-        """The registry, parsing only files whose (mtime, size) changed."""
-        runtime = self.runtime_dir or agent_registry.runtime_dir()
-        folder = agent_registry.registry_dir(runtime)
-        try:
-            names = [n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")]
-        except OSError:
-            names = []
-        seen: dict[str, tuple[tuple[int, int], AgentEntry | None]] = {}
+        """Every private registry (or ``runtime_dir``'s), parsing only files whose
+        (mtime, size, inode, mode, owner) changed."""
+        folders = agent_registry.registry_folders(self.runtime_dir)
+        seen: dict[str, tuple[tuple[int, ...], AgentEntry | None]] = {}
         live = []
-        for name in names:
-            path = os.path.join(folder, name)
+        for runtime, folder in folders.registries:
             try:
-                st = os.stat(path)
+                names = [n for n in os.listdir(folder)
+                         if n.endswith(".json") and not n.startswith(".")]
             except OSError:
                 continue
-            key = (st.st_mtime_ns, st.st_size)
-            cached = self._cache.get(path)
-            entry = cached[1] if cached is not None and cached[0] == key else \
-                agent_registry.load_entry(path)
-            seen[path] = (key, entry)
-            if entry is None:
-                continue
-            if agent_registry.is_stale(entry):
-                agent_registry.remove_entry(entry, runtime)
-                seen.pop(path, None)
-                continue
-            live.append(entry)
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                key = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
+                cached = self._cache.get(path)
+                entry = cached[1] if cached is not None and cached[0] == key else \
+                    agent_registry.load_entry(path)
+                seen[path] = (key, entry)
+                if entry is None:
+                    continue
+                if agent_registry.is_stale(entry):
+                    agent_registry.remove_entry(entry, runtime)
+                    seen.pop(path, None)
+                    continue
+                live.append(entry)
         self._cache = seen
+        with self._lock:
+            self._notices = folders.notices
         return live
 
     def scan(self) -> None:

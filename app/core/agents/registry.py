@@ -1,7 +1,15 @@
 """The agents' registry: where agents register, which entries are live.
 
-Each agent writes ``<runtime>/agents/<pid>.json`` (see ``AgentEntry``).
-``read_registry`` returns the live ones and deletes stale ones: the pid is
+Each agent writes ``<runtime>/agents/<pid>.json`` (see ``AgentEntry``) in a
+runtime dir chosen by the agent's rule (``app.agent.paths``): the default
+``<tmp>/vram-steward-<uid>``, or a private fallback beside it when someone
+else holds that name.  The app reads every private runtime dir; a runtime
+or registry dir that is not private (ours, 0700, no symlink) is never read,
+and ``notices`` says so in one line each.  A registry file is read only when
+it is a regular file of ours that nobody else can read or write, opened
+without following a link.
+
+``read_registry`` returns the live entries and deletes stale ones: the pid is
 gone (or a zombie), or the pid now belongs to another process (its start
 time differs by more than ``CREATE_TIME_TOLERANCE_S``).  Only files owned
 by the current user are ever deleted, and a socket only when it lies in
@@ -12,28 +20,57 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import stat
+from typing import NamedTuple
 
+from app.agent import paths as agent_paths
 from app.core.agents.types import AgentEntry
 
 CREATE_TIME_TOLERANCE_S = 1.0
 REGISTRY_SUBDIR = "agents"
 MAX_REGISTRY_FILE_BYTES = 64 * 1024
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+
+
+class Folders(NamedTuple):
+    """The registry dirs to read, and one visible line per folder refused."""
+
+    registries: list[tuple[str, str]]  # (runtime dir, its registry dir)
+    notices: list[str]
 
 
 def runtime_dir() -> str:
-    """The per-user directory agents register in (same rule as the agent's)."""
-    env = os.environ.get("VRAM_STEWARD_RUNTIME_DIR")
-    if env:
-        return os.path.abspath(env)
-    if os.name == "nt":
-        base = os.environ.get("LOCALAPPDATA") or tempfile.gettempdir()
-        return os.path.join(base, "vram-steward")
-    return os.path.join(tempfile.gettempdir(), f"vram-steward-{os.getuid()}")
+    """The runtime dir as named: the agent's rule (``app.agent.paths.runtime_dir``)."""
+    return agent_paths.runtime_dir()
 
 
 def registry_dir(runtime: str | None = None) -> str:
     return os.path.join(runtime or runtime_dir(), REGISTRY_SUBDIR)
+
+
+def registry_folders(runtime: str | None = None) -> Folders:
+    """The private registry dirs to read: ``runtime``'s when given, else those
+    of every private runtime dir an agent of ours may use.  Creates nothing."""
+    if runtime is None:
+        candidates = agent_paths.runtime_candidates()
+    else:
+        problem = agent_paths.dir_problem(runtime) if os.path.lexists(runtime) else None
+        candidates = agent_paths.Candidates(
+            [runtime] if problem is None and os.path.isdir(runtime) else [],
+            [] if problem is None else [f"{agent_paths.PREFIX}{runtime} {problem}: its agents "
+                                        "are ignored"])
+    out, notices = [], list(candidates.notices)
+    for folder in candidates.dirs:
+        registry = registry_dir(folder)
+        if not os.path.lexists(registry):
+            continue
+        problem = agent_paths.dir_problem(registry)
+        if problem is None:
+            out.append((folder, registry))
+        else:
+            notices.append(f"{agent_paths.PREFIX}{registry} {problem}: its agents are ignored")
+    return Folders(out, notices)
 
 
 def _owned_by_us(path: str) -> bool:
@@ -70,16 +107,33 @@ def is_stale(entry: AgentEntry) -> bool:
     return False
 
 
+def _private_file(st: os.stat_result) -> bool:
+    """A regular file of ours that nobody else can read or write."""
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if not hasattr(os, "getuid"):
+        return True  # Windows: the registry is per-user (%LOCALAPPDATA%)
+    return st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 def load_entry(path: str) -> AgentEntry | None:
-    """One registry file, or None when unreadable/malformed (never raises)."""
+    """One registry file, or None when unreadable/malformed or not a private
+    file of ours (never follows a link; never raises)."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_REGISTRY_FILE_BYTES + 1)
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        if not _private_file(os.fstat(fd)):
+            return None
+        raw = os.read(fd, MAX_REGISTRY_FILE_BYTES + 1)
         if len(raw) > MAX_REGISTRY_FILE_BYTES:
             return None
         data = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
+    finally:
+        os.close(fd)
     if not isinstance(data, dict):
         return None
     return AgentEntry.from_json(data, path=path)
@@ -87,7 +141,10 @@ def load_entry(path: str) -> AgentEntry | None:
 
 def remove_entry(entry: AgentEntry, runtime: str | None = None) -> bool:
     """Delete a stale entry's file (and its socket when it lies in our runtime
-    dir); only what the current user owns.  True if the file was removed."""
+    dir, by default the one the entry's file lies in); only what the current
+    user owns.  True if the file was removed."""
+    if runtime is None and entry.path:
+        runtime = os.path.dirname(os.path.dirname(entry.path))
     runtime = runtime or runtime_dir()
     if not entry.path or not _owned_by_us(entry.path):
         return False
@@ -107,27 +164,40 @@ def remove_entry(entry: AgentEntry, runtime: str | None = None) -> bool:
     return True
 
 
-def read_registry(dir: str | None = None, prune: bool = True) -> list[AgentEntry]:
-    """Live agents registered under runtime dir ``dir`` (default ``runtime_dir()``),
-    sorted by pid.  Malformed or unreadable files are skipped (left alone: the
-    agent may be writing one); stale ones are deleted when ``prune``."""
-    runtime = dir or runtime_dir()
-    folder = registry_dir(runtime)
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
+class Scan(NamedTuple):
+    """Live entries, by pid, and one visible line per folder refused."""
+
+    entries: list[AgentEntry]
+    notices: list[str]
+
+
+def scan_registry(dir: str | None = None, prune: bool = True) -> Scan:
+    """Live agents registered under runtime dir ``dir`` (default: every private
+    runtime dir of ours), sorted by pid.  Malformed or unreadable files are
+    skipped (left alone: the agent may be writing one); stale ones are deleted
+    when ``prune``."""
+    folders = registry_folders(dir)
     entries = []
-    for name in names:
-        if not name.endswith(".json") or name.startswith("."):
+    for runtime, folder in folders.registries:
+        try:
+            names = os.listdir(folder)
+        except OSError:
             continue
-        entry = load_entry(os.path.join(folder, name))
-        if entry is None:
-            continue
-        if is_stale(entry):
-            if prune:
-                remove_entry(entry, runtime)
-            continue
-        entries.append(entry)
+        for name in names:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            entry = load_entry(os.path.join(folder, name))
+            if entry is None:
+                continue
+            if is_stale(entry):
+                if prune:
+                    remove_entry(entry, runtime)
+                continue
+            entries.append(entry)
     entries.sort(key=lambda e: e.pid)
-    return entries
+    return Scan(entries, folders.notices)
+
+
+def read_registry(dir: str | None = None, prune: bool = True) -> list[AgentEntry]:
+    """``scan_registry``'s live entries."""
+    return scan_registry(dir, prune).entries

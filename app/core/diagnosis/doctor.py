@@ -27,6 +27,7 @@ from app.core.diagnosis.tf_maps import TfDetector
 from app.core.diagnosis.trends import Series, Trend, TrendConfig
 from app.core.diagnosis.types import KINDS, Diagnosis, OomReport
 from app.core.monitor.samples import GpuSample, HostStatus, ProcessSample, Snapshot
+from app.core.paths import UnsafeDir
 
 if TYPE_CHECKING:
     from app.core.diagnosis.forecast import ForecastConfig
@@ -161,6 +162,8 @@ class Doctor:
                 if self.store is not None:
                     try:
                         self.store.save(made)
+                    except UnsafeDir as exc:  # the window and the CLI say so once
+                        log.warning("OOM report %s not saved: %s", made.id, exc)
                     except OSError:
                         log.exception("could not save OOM report %s", made.id)
                 self.reports.append(made)

@@ -3,6 +3,10 @@
 One file per report (``<id>.json``), written atomically (a private temporary
 file, then a rename) with mode 0600 in a 0700 directory; the newest
 ``keep`` are kept.  A file that does not parse is skipped, never fatal.
+The directory and the state directory it lies in must be private (ours,
+0700, no symlink): in any other, nothing is read or written (``save``
+raises UnsafeDir), and the temporary file is created with ``O_EXCL |
+O_NOFOLLOW``, so it is never a planted file or link.
 Called on the sampler thread or a worker, never the GUI thread.
 """
 
@@ -12,9 +16,11 @@ import json
 import logging
 import os
 import re
+import secrets
 
+from app.agent.paths import dir_problem
 from app.core.diagnosis.types import OomReport
-from app.core.paths import ensure_private_dir, oom_reports_dir
+from app.core.paths import ensure_private_dir, ensure_state_subdir, oom_reports_dir, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +41,25 @@ class ReportStore:
     def _path(self, report_id: str) -> str:
         return os.path.join(self.directory, f"{report_id}.json")
 
+    def _private(self) -> bool:
+        """Whether the directory (and the state directory holding it) is private."""
+        folders = [self.directory] if self._directory else [state_dir(), self.directory]
+        return all(dir_problem(folder) is None for folder in folders)
+
     def exists(self, report_id: str) -> bool:
-        return os.path.exists(self._path(report_id))
+        return self._private() and os.path.exists(self._path(report_id))
 
     def save(self, report: OomReport) -> str:
         """Write ``report`` and drop the oldest beyond ``keep``; returns its path.
-        Raises OSError when the directory cannot be written."""
-        directory = ensure_private_dir(self.directory)
+        Raises OSError when the directory cannot be written, UnsafeDir when it
+        (or the state directory) is not private."""
+        directory = (ensure_private_dir(self._directory) if self._directory
+                     else ensure_state_subdir(os.path.basename(oom_reports_dir())))
         final = self._path(report.id)
-        tmp = os.path.join(directory, f".{report.id}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp = os.path.join(directory, f".{report.id}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+            | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(tmp, flags, 0o600)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(report.to_json(), fh, indent=1)
@@ -61,10 +76,13 @@ class ReportStore:
         return final
 
     def _names(self) -> list[str]:
-        """Report file names, newest first (the id starts with epoch milliseconds)."""
+        """Report file names, newest first (the id starts with epoch milliseconds);
+        none in a directory that is not private."""
+        if not self._private():
+            return []
         try:
             names = [n for n in os.listdir(self.directory) if _NAME.match(n)]
-        except FileNotFoundError:
+        except OSError:
             return []
         return sorted(names, reverse=True)
 
@@ -76,7 +94,10 @@ class ReportStore:
                 log.warning("could not remove old OOM report %s", name)
 
     def load(self, report_id: str) -> OomReport | None:
-        """The report, or None when it is missing or damaged."""
+        """The report, or None when it is missing or damaged (or its directory
+        is not private)."""
+        if not self._private():
+            return None
         try:
             with open(self._path(report_id), encoding="utf-8") as fh:
                 data = json.load(fh)

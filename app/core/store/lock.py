@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import IO
 
+from app.agent.paths import open_private_file
+
 
 class WriterLock:
     def __init__(self, path: str) -> None:
@@ -20,8 +22,9 @@ class WriterLock:
 
     def acquire(self) -> bool:
         """True when this process is now the writer; raises OSError when the
-        lock file cannot be created at all."""
-        handle = open(self.path, "a+b")  # noqa: SIM115 - held for the writer's lifetime
+        lock file cannot be created at all (or is not a private file of ours:
+        it is never opened through a link)."""
+        handle = os.fdopen(open_private_file(self.path, os.O_RDWR), "r+b")
         try:
             if not _try_lock(handle):
                 handle.close()

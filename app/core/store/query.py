@@ -3,7 +3,8 @@
 :func:`read_history` opens the file read-only (it works while another
 instance writes: WAL), uses the fine tier where it covers the range and the
 coarse tier before that, and never raises: a missing file reads as empty, a
-damaged or foreign one as empty with ``error`` set.
+damaged or foreign one, or one in a folder that is not private (ours, 0700),
+as empty with ``error`` set.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.agent.paths import dir_problem
 from app.core.store.packing import ENTRY, to_bytes
 from app.core.store.schema import COARSE, FINE, ForeignDatabase, open_reader
 from app.core.store.tiers import COARSE_STEP_S
@@ -67,6 +69,10 @@ def read_history(db_path: str, since: float, until: float | None = None,
     ``pid`` or all.  Never raises."""
     if not os.path.exists(db_path):
         return StoredHistory()
+    folder = os.path.dirname(os.path.abspath(db_path))
+    problem = dir_problem(folder)
+    if problem is not None:  # someone else's file, or one someone else could swap
+        return StoredHistory(error=f"history {db_path} not read: {folder} {problem}")
     try:
         conn = open_reader(db_path)
     except (sqlite3.Error, ForeignDatabase, OSError) as exc:

@@ -7,8 +7,11 @@ aside), folds ticks into tier rows and commits at least every
 ``commit_every_s`` (1 s), so a crash loses at most the last second or two.
 
 Whatever goes wrong is reported once through ``message`` (and the optional
-``on_message`` callback, called on the writer thread); the recorder then
-records nothing more but never raises into the sampler.
+``on_message`` callback, called on the writer thread) and never raised into
+the sampler.  A full disk stops nothing: the seconds it cannot write are lost,
+the log says so once when writing starts failing and once when it works
+again, and a database that cannot be opened for want of space is opened again
+every ``OPEN_RETRY_S``.  Any other failure to open ends the recording.
 """
 
 from __future__ import annotations
@@ -22,16 +25,17 @@ import time
 from collections.abc import Callable, Iterable
 
 from app.core.monitor.samples import Snapshot
-from app.core.paths import ensure_private_dir
+from app.core.paths import ensure_private_dir, private_state_dir, state_dir
 from app.core.store.aggregate import Aggregator
 from app.core.store.lock import WriterLock, lock_path
-from app.core.store.schema import ForeignDatabase, open_writer
+from app.core.store.schema import ForeignDatabase, open_writer, out_of_space
 from app.core.store.tiers import PRUNE_EVERY_S, Retention
 from app.core.store.writer import HistoryWriter
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUED_TICKS = 1200  # 5 min at 250 ms: a stalled disk drops ticks, never grows memory
+OPEN_RETRY_S = 5.0  # a database that could not be opened on a full disk is tried again
 READ_ONLY_MESSAGE = ("History is being recorded by another VRAM Steward instance; "
                      "this one shows it but records nothing.")
 
@@ -56,6 +60,7 @@ class HistoryRecorder:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._message_taken = False
+        self._failing = False  # writes fail (a full disk) until one works again
         self._lock = WriterLock(lock_path(db_path))
         self._thread = threading.Thread(target=self._run, name="vram-steward-history",
                                         daemon=True)
@@ -109,12 +114,7 @@ class HistoryRecorder:
                     log.exception("history message callback failed")
 
     def _run(self) -> None:
-        try:
-            writer = self._open()
-        except Exception as exc:  # never into the sampler: report and stop recording
-            self._report(f"History is not recorded: {exc}")
-            writer = None
-        self._ready.set()
+        writer = self._open_when_possible()
         if writer is None:
             self._ticks.clear()
             return
@@ -124,23 +124,50 @@ class HistoryRecorder:
             writer.conn.close()
             self._lock.release()
 
+    def _open_when_possible(self) -> HistoryWriter | None:
+        """The writer, or None (another instance writes, a failure, closed);
+        ready is set after the first try, whatever its outcome."""
+        while True:
+            try:
+                writer = self._open()
+            except Exception as exc:  # never into the sampler: report it
+                if out_of_space(exc):
+                    self._failed(f"History is not recorded until there is space: {exc}")
+                    self._ready.set()
+                    if self._stop.wait(OPEN_RETRY_S):
+                        return None
+                    continue
+                self._report(f"History is not recorded: {exc}")
+                writer = None
+            self._ready.set()
+            return writer
+
     def _open(self) -> HistoryWriter | None:
-        ensure_private_dir(os.path.dirname(os.path.abspath(self.db_path)))
+        folder = os.path.dirname(os.path.abspath(self.db_path))
+        if folder == os.path.abspath(state_dir()):
+            private_state_dir()  # created 0700, checked: nothing is written in another
+        else:
+            ensure_private_dir(folder)
         if not self._lock.acquire():
             self.read_only = True
             self._report(READ_ONLY_MESSAGE)
             return None
         try:
-            conn = open_writer(self.db_path)
+            conn = self._connect()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._recovered()
+        return HistoryWriter(conn, self._retention)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            return open_writer(self.db_path)
         except ForeignDatabase as exc:
             moved = move_aside(self.db_path)
             self._report(f"The history file was unreadable ({exc}); it was moved to "
                          f"{moved} and a new history was started.")
-            conn = open_writer(self.db_path)
-        except BaseException:
-            self._lock.release()
-            raise
-        return HistoryWriter(conn, self._retention)
+            return open_writer(self.db_path)
 
     def _loop(self, writer: HistoryWriter) -> None:
         aggregator = Aggregator()
@@ -163,13 +190,28 @@ class HistoryRecorder:
 
     def _commit(self, writer: HistoryWriter, aggregator: Aggregator, everything: bool) -> None:
         batch = aggregator.take(everything)
-        self._guarded(lambda: writer.write(batch))
+        if batch.rows and self._guarded(lambda: writer.write(batch)):
+            self._recovered()  # only rows written prove the disk takes them again
 
-    def _guarded(self, action: Callable[[], None]) -> None:
+    def _guarded(self, action: Callable[[], None]) -> bool:
         try:
             action()
         except sqlite3.Error as exc:  # disk full, file removed: lose these rows, keep going
-            self._report(f"Writing the history failed: {exc}")
+            self._failed(f"Writing the history failed: {exc}; the seconds until it works "
+                         "again are not kept.")
+            return False
+        return True
+
+    def _failed(self, text: str) -> None:
+        """Report the first failure of an outage only, not one a second."""
+        if not self._failing:
+            self._failing = True
+            self._report(text)
+
+    def _recovered(self) -> None:
+        if self._failing:
+            self._failing = False
+            log.warning("Writing the history works again.")
 
 
 def move_aside(path: str) -> str:

@@ -12,13 +12,19 @@ is the schema version: a file without them is foreign.
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 from pathlib import Path
 from urllib.request import pathname2url
 
+from app.agent.paths import open_private_file
+
 APPLICATION_ID = 0x56524D53  # "VRMS"
 SCHEMA_VERSION = 1
 SQLITE_HEADER = b"SQLite format 3\x00"
+#: The files SQLite keeps beside the database.
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
 FINE = 0  # tier numbers in ``sample.tier``
 COARSE = 1
@@ -60,7 +66,9 @@ class ForeignDatabase(Exception):
 
 def open_writer(path: str) -> sqlite3.Connection:
     """Open (creating if needed) the database for writing; raises
-    :class:`ForeignDatabase` for a file that is not ours or fails its check."""
+    :class:`ForeignDatabase` for a file that is not ours or fails its check,
+    OSError when it or its ``-wal``/``-shm`` is a link or not a file of ours."""
+    _private_files(path)
     _check_header(path)
     try:
         conn = sqlite3.connect(path, timeout=5.0, isolation_level=None,
@@ -71,10 +79,29 @@ def open_writer(path: str) -> sqlite3.Connection:
         _prepare(conn)
     except (sqlite3.Error, ForeignDatabase) as exc:
         conn.close()
-        if isinstance(exc, ForeignDatabase):
-            raise
+        if isinstance(exc, ForeignDatabase) or out_of_space(exc):
+            raise  # a full disk says nothing about the file: it is not moved aside
         raise ForeignDatabase(str(exc)) from exc
     return conn
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """A full disk (or quota) or a failing write: the file may be fine, and
+    writing can work again once there is room."""
+    if isinstance(exc, sqlite3.Error):
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        return name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _private_files(path: str) -> None:
+    """The database file created 0600 before SQLite opens it (``O_EXCL |
+    O_NOFOLLOW``; SQLite gives its ``-wal`` and ``-shm`` the database's mode),
+    or an existing one checked: a regular file of ours, never a link; the
+    same for an existing ``-wal``, ``-shm`` or ``-journal``."""
+    for name in (path, *(path + suffix for suffix in SIDE_FILES)):
+        if name == path or os.path.lexists(name):
+            os.close(open_private_file(name, os.O_RDWR))
 
 
 def _check_header(path: str) -> None:

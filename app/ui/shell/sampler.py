@@ -2,7 +2,10 @@
 
 Every NVML and psutil call happens on this thread, and the stored history is
 read here before the first tick; each snapshot is handed to the history
-recorder (a queue: its writer thread does the SQLite work).  The GUI thread only
+recorder (a queue: its writer thread does the SQLite work).  The folders
+refused as not private (the state dir, checked here; runtime and registry
+dirs, by the agent hub's own scans) reach the GUI thread as lines
+(``notices_changed``).  The GUI thread only
 receives finished, immutable :class:`~app.core.monitor.samples.Snapshot` objects through
 a queued signal, so a slow driver call (NVML init without persistence mode, a
 GPU falling off the bus) can delay samples but never freeze the window.
@@ -19,6 +22,7 @@ from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 from app.core.agents.directory import AgentDirectory
 from app.core.monitor.collector import Collector, default_agents_for
 from app.core.monitor.source import GpuSource
+from app.core.paths import state_notice
 from app.core.policies.pressure import PolicyRunner
 from app.core.store.recorder import HistoryRecorder
 
@@ -44,6 +48,7 @@ class _Worker(QObject):
 
     snapshot_ready = Signal(object)
     history_loaded = Signal(object)
+    notices_changed = Signal(object)
 
     def __init__(self, period_s: float, agents_for: AgentsFactory,
                  publish_agents: Callable[[AgentDirectory | None, PolicyRunner | None], None],
@@ -57,9 +62,15 @@ class _Worker(QObject):
         self._timer: QTimer | None = None
         self._agents_for = agents_for
         self._publish_agents = publish_agents
+        self._state_notice: str | None = None
+        self._notices: list[str] = []
 
     @Slot()
     def begin(self) -> None:
+        try:  # the state dir's check is filesystem I/O: here, never on the GUI thread
+            self._state_notice = state_notice()
+        except Exception:
+            log.exception("checking the state directory failed")
         if self._load_history is not None:
             # Before any snapshot: the window seeds its history first (queued, in order).
             try:
@@ -103,6 +114,18 @@ class _Worker(QObject):
         if self._recorder is not None:
             self._recorder.observe(snapshot)  # queues it: the writer thread does the I/O
         self.snapshot_ready.emit(snapshot)
+        self._tell_notices()
+
+    def _tell_notices(self) -> None:
+        """The folders refused (the state dir's, and the hub's from its own
+        registry scans: no I/O here), emitted when they change."""
+        agents = self._collector.agents if self._collector is not None else None
+        told = getattr(agents, "notices", None)
+        lines = ([self._state_notice] if self._state_notice else []) + (
+            list(told()) if callable(told) else [])
+        if lines != self._notices:
+            self._notices = lines
+            self.notices_changed.emit(list(lines))
 
     @Slot()
     def finish(self) -> None:
@@ -130,6 +153,9 @@ class Sampler(QObject):
     """
 
     snapshot_ready = Signal(object)
+    #: The lines about folders refused as not private (``list[str]``, maybe
+    #: empty), each time they change.
+    notices_changed = Signal(object)
     #: The stored history (``app.core.store.query.StoredHistory``), once, before
     #: the first snapshot, when a loader was given.
     history_loaded = Signal(object)
@@ -157,6 +183,8 @@ class Sampler(QObject):
                                             Qt.ConnectionType.QueuedConnection)
         self._thread.started.connect(self._worker.begin)
         self._worker.snapshot_ready.connect(self._forward, Qt.ConnectionType.QueuedConnection)
+        self._worker.notices_changed.connect(self.notices_changed,
+                                             Qt.ConnectionType.QueuedConnection)
         self._use_source.connect(self._worker.use_source, Qt.ConnectionType.QueuedConnection)
         self._set_period.connect(self._worker.set_period, Qt.ConnectionType.QueuedConnection)
         self._finish.connect(self._worker.finish, Qt.ConnectionType.QueuedConnection)

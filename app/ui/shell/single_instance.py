@@ -14,8 +14,9 @@ into place, replacing whatever is there, so without the lock two simultaneous
 first launches could both end up listening.
 
 The socket lives in a directory only this user can enter (0700, owned by us),
-``$XDG_RUNTIME_DIR/vram-steward`` or ``<tmp>/vram-steward-<uid>``; a directory
-someone else controls is refused, never talked through.
+``$XDG_RUNTIME_DIR/vram-steward`` or ``<tmp>/vram-steward-<uid>`` (or, when
+someone else holds that name, the agents' private fallback beside it); a
+directory someone else controls is refused, never talked through.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any, Self
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
-from app.agent.paths import UnsafeDir, check_private_dir
+from app.agent.paths import UnsafeDir, check_private_dir, claim_private_dir
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
@@ -90,7 +91,9 @@ def instance_address() -> str:
     """The per-user address of the running instance (creating its private directory).
 
     ``$VRAM_STEWARD_INSTANCE`` overrides it, used as given.  Raises UnsafeDir
-    when the directory exists but belongs to someone else or is a symlink.
+    when ``$XDG_RUNTIME_DIR/vram-steward`` exists but belongs to someone else
+    or is a symlink; in the temp dir, such a folder gives way to a private
+    fallback beside it (``app.agent.paths.claim_private_dir``).
     """
     override = os.environ.get(ENV_ADDRESS)
     if override:
@@ -103,7 +106,9 @@ def instance_address() -> str:
     if runtime and os.path.isabs(runtime) and _runtime_dir_is_ours(runtime):
         base = _private_dir(os.path.join(runtime, "vram-steward"))
     else:
-        base = _private_dir(os.path.join(tempfile.gettempdir(), f"vram-steward-{_uid()}"))
+        # The agents' rule: a default someone else holds gives way to a private fallback.
+        base, _refused = claim_private_dir(os.path.join(tempfile.gettempdir(),
+                                                        f"vram-steward-{_uid()}"))
     return os.path.join(base, SOCKET_NAME)
 
 

@@ -47,6 +47,7 @@ from app.ui.window.gpu_area import GpuArea
 from app.ui.window.no_driver import NoDriverView
 from app.ui.window.process_table import ProcessTable
 from app.ui.window.texts import (
+    folder_notice_title,
     median_period,
     source_text,
     span_text,
@@ -107,6 +108,8 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         # takes, one-time hints.
         self.alert_banner = AlertBanner(central)
         self.hint_banner = AlertBanner(central)
+        self.folder_banner = AlertBanner(central)  # folders refused as not private
+        self.folder_banner.free_button.hide()
         self.stack = QStackedWidget(central)
         central_lay.addWidget(self.stack, 1)
         self.setCentralWidget(central)
@@ -265,6 +268,22 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
     @property
     def latest(self) -> Snapshot | None:
         return self._latest
+
+    def show_notice(self, text: str) -> None:
+        """A one-line notice of start-up (settings read with defaults, the history
+        store's one message) in the status bar, until the next action's result:
+        beside the status bar's own labels, never painted over them."""
+        self._status(text)
+
+    def show_folder_notices(self, lines: list[str]) -> None:
+        """The folders refused as not private, one line each (another user's
+        runtime dir, an unsafe state dir): a banner that stays until dismissed,
+        or until none is refused any more."""
+        if not lines:
+            self.folder_banner.retract()
+            return
+        self.folder_banner.show_message(folder_notice_title(len(lines)), "\n".join(lines),
+                                        kind="warning")
 
     @Slot(object)
     def on_snapshot(self, snapshot: Snapshot) -> None:

@@ -62,3 +62,9 @@ def display_order(display_id: str) -> tuple[int, str]:
 
 
 __all__ = ["display_order", "median_period", "source_text", "span_text", "summary_texts"]
+
+
+def folder_notice_title(count: int) -> str:
+    """The title of the banner about folders refused as not private."""
+    return ("A folder was refused: it is not yours alone" if count == 1
+            else f"{count} folders were refused: they are not yours alone")

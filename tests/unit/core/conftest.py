@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -16,22 +15,6 @@ def runtime():
     path = tempfile.mkdtemp(prefix="vsrt-")
     yield path
     subprocess.run(["rm", "-rf", path], check=False)
-
-
-@pytest.fixture
-def sleeper():
-    """Real processes to own the fake agents' pids (the registry checks them)."""
-    procs = []
-
-    def make():
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        procs.append(proc)
-        return proc
-
-    yield make
-    for proc in procs:
-        proc.kill()
-        proc.wait()
 
 
 def wait_for(predicate, timeout=5.0):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
 
@@ -245,18 +246,58 @@ def test_connect_waits_out_a_full_listen_backlog(tmp_path):
         for _ in range(len(fillers) + 1):
             conn, _ = listener.accept()
             conn.sendall(protocol.encode({"hello": {"protocol": protocol.PROTOCOL_VERSION,
-                                                    "pid": 1, "auth": None}}))
+                                                    "pid": os.getpid(), "auth": None}}))
             served.append(conn)
 
     t = threading.Thread(target=drain_later)
     t.start()
-    entry = AgentEntry(pid=1, create_time=None, address=path, transport="unix")
+    entry = AgentEntry(pid=os.getpid(), create_time=None, address=path, transport="unix")
     t0 = time.monotonic()
     conn = AgentConnection(entry, 3.0)  # connects
-    assert conn.hello["pid"] == 1 and time.monotonic() - t0 >= 0.15
+    assert conn.hello["pid"] == os.getpid() and time.monotonic() - t0 >= 0.15
     conn.close()
     t.join(5)
     for s in fillers + served:
         s.close()
     listener.close()
 
+
+
+# -- the peer check: our uid, the entry's pid, before anything is sent -------------------
+
+
+def test_a_socket_served_by_another_process_than_the_entry_names_is_refused(agent, runtime):
+    """An entry naming process A, whose socket process B (ours too) serves:
+    refused before a byte is sent, whatever the call."""
+    other = FakeAgent(sock_dir=runtime, own_process=True)
+    try:
+        entry = AgentEntry.from_json({**agent.entry_json(), "pid": other.pid})
+        assert entry is not None
+        with pytest.raises(AgentUnavailable, match=f"served by process {agent.pid}, "
+                                                   f"not {other.pid}: refused"):
+            AgentConnection(entry, 2.0)
+        assert not agent_client.free_cache(entry, 2.0).ok
+        assert not agent_client.unload(entry, "m1", "cpu", False, "manual", 2.0).ok
+        assert agent.requests == []
+    finally:
+        other.close()
+
+
+def test_a_socket_served_by_another_user_is_refused(runtime):
+    from tests.fakes.neighbour import FakeNeighbourAgent, as_neighbour, neighbour, sticky_tmpdir
+
+    uid, gid = neighbour()
+    tmp = sticky_tmpdir()
+    sockets = os.path.join(tmp, "theirs")
+    as_neighbour(lambda: os.mkdir(sockets, 0o755), uid, gid)
+    fake = FakeNeighbourAgent(uid, gid, None, sockets, os.path.join(tmp, "log"))
+    try:
+        entry = AgentEntry.from_json(fake.entry_json)
+        assert entry is not None
+        with pytest.raises(AgentUnavailable, match=f"served by uid {uid}, not you: refused"):
+            AgentConnection(entry, 2.0)
+        assert not agent_client.record(entry, 1.0).ok
+        assert fake.requests() == []
+    finally:
+        fake.close()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -16,9 +16,9 @@ from tests.unit.core.conftest import wait_for
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
 
 
-def test_hub_polls_every_agent_and_a_hung_one_delays_nobody(runtime, sleeper):
-    good = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
-    hung = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
+def test_hub_polls_every_agent_and_a_hung_one_delays_nobody(runtime):
+    good = FakeAgent(sock_dir=runtime, own_process=True)
+    hung = FakeAgent(sock_dir=runtime, own_process=True)
     hung.hang = True
     good.register(runtime)
     hung.register(runtime)
@@ -45,9 +45,9 @@ def test_hub_polls_every_agent_and_a_hung_one_delays_nobody(runtime, sleeper):
         hung.close()
 
 
-def test_hub_forgets_agents_whose_entry_disappears_and_prunes_dead_ones(runtime, sleeper):
-    proc = sleeper()
-    fake = FakeAgent(pid=proc.pid, sock_dir=runtime)
+def test_hub_forgets_agents_whose_entry_disappears_and_prunes_dead_ones(runtime):
+    fake = FakeAgent(sock_dir=runtime, own_process=True)
+    proc = fake.process
     path = fake.register(runtime)
     hub = AgentHub(runtime, period_s=0.05, registry_period_s=0.05)
     try:
@@ -63,9 +63,9 @@ def test_hub_forgets_agents_whose_entry_disappears_and_prunes_dead_ones(runtime,
         fake.close()
 
 
-def test_hub_picks_up_new_agents_and_reconnects(runtime, sleeper):
+def test_hub_picks_up_new_agents_and_reconnects(runtime):
     hub = AgentHub(runtime, period_s=0.05, registry_period_s=0.05)
-    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
+    fake = FakeAgent(sock_dir=runtime, own_process=True)
     try:
         hub.start()
         assert hub.reports() == {}
@@ -79,8 +79,8 @@ def test_hub_picks_up_new_agents_and_reconnects(runtime, sleeper):
         fake.close()
 
 
-def test_free_cache_and_gc_from_other_threads(runtime, sleeper):
-    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
+def test_free_cache_and_gc_from_other_threads(runtime):
+    fake = FakeAgent(sock_dir=runtime, own_process=True)
     fake.register(runtime)
     hub = AgentHub(runtime, period_s=0.05)
     try:
@@ -103,8 +103,8 @@ def test_free_cache_and_gc_from_other_threads(runtime, sleeper):
         fake.close()
 
 
-def test_free_cache_without_start_reads_the_registry(runtime, sleeper):
-    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
+def test_free_cache_without_start_reads_the_registry(runtime):
+    fake = FakeAgent(sock_dir=runtime, own_process=True)
     fake.register(runtime)
     hub = AgentHub(runtime)
     try:
@@ -115,8 +115,8 @@ def test_free_cache_without_start_reads_the_registry(runtime, sleeper):
         fake.close()
 
 
-def test_close_is_prompt_and_safe_twice(runtime, sleeper):
-    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
+def test_close_is_prompt_and_safe_twice(runtime):
+    fake = FakeAgent(sock_dir=runtime, own_process=True)
     fake.hang = True
     fake.register(runtime)
     hub = AgentHub(runtime, period_s=0.05)
@@ -129,11 +129,11 @@ def test_close_is_prompt_and_safe_twice(runtime, sleeper):
     fake.close()
 
 
-def test_reports_keep_coming_after_the_agent_rewrites_its_registry_file(runtime, sleeper):
+def test_reports_keep_coming_after_the_agent_rewrites_its_registry_file(runtime):
     """An agent rewrites its registry file when torch loads (the ``run``
     launcher's case: the agent starts first); the hub keeps the same worker
     and must keep taking its reports."""
-    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime)
+    fake = FakeAgent(sock_dir=runtime, own_process=True)
     path = fake.register(runtime)
     hub = AgentHub(runtime, period_s=0.05, registry_period_s=0.05)
     try:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -56,19 +57,21 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def write_entry(runtime: str, data: dict, name: str) -> str:
+def write_entry(runtime: str, data: dict, name: str, mode: int = 0o600) -> str:
+    """An entry as the agent writes it: 0600 in a 0700 ``agents`` dir."""
     folder = os.path.join(runtime, "agents")
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
     path = os.path.join(folder, name)
-    with open(path, "w") as fh:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as fh:
         json.dump(data, fh)
+    os.chmod(path, mode)
     return path
 
 
 def test_dead_pid_entry_and_its_socket_are_pruned(runtime):
     pid = dead_pid()
     sock_path = os.path.join(runtime, "agents", f"{pid}.sock")
-    os.makedirs(os.path.dirname(sock_path), exist_ok=True)
+    os.makedirs(os.path.dirname(sock_path), mode=0o700, exist_ok=True)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(sock_path)
     s.close()
@@ -129,3 +132,57 @@ def test_ownership_check_refuses_other_owners(runtime, monkeypatch):
     assert read_registry(runtime) == []
     assert os.path.exists(path)
 
+
+
+# -- only private folders and files of ours are read ----------------------------------
+
+
+def test_a_registry_file_others_can_reach_or_a_link_is_never_read(agent, runtime, tmp_path):
+    good = agent.register(runtime)
+    data = json.loads(Path(good).read_text())
+    os.unlink(good)
+    open_to_all = write_entry(runtime, data, "open.json", mode=0o644)
+    elsewhere = tmp_path / "entry.json"
+    elsewhere.write_text(json.dumps(data))
+    os.chmod(elsewhere, 0o600)
+    os.symlink(elsewhere, os.path.join(runtime, "agents", "link.json"))
+    assert read_registry(runtime) == []
+    assert registry.load_entry(open_to_all) is None
+    os.chmod(open_to_all, 0o600)
+    assert [e.pid for e in read_registry(runtime)] == [agent.pid]
+
+
+def test_a_registry_dir_others_can_reach_is_never_read_and_said_once(agent, runtime):
+    agent.register(runtime)
+    folder = os.path.join(runtime, "agents")
+    os.chmod(folder, 0o755)
+    scan = registry.scan_registry(runtime)
+    assert scan.entries == []
+    assert scan.notices == [f"vram-steward: {folder} is open to group/others (mode 755): "
+                            "its agents are ignored"]
+    os.chmod(runtime, 0o777)
+    assert registry.scan_registry(runtime).notices == [
+        f"vram-steward: {runtime} is open to group/others (mode 777): its agents are ignored"]
+
+
+def test_agents_in_the_default_dir_and_in_a_fallback_are_all_read(agent, monkeypatch):
+    """Agents that started before and after someone took the default name."""
+    from app.agent import paths as agent_paths
+
+    base = os.path.realpath(tempfile.mkdtemp(prefix="vstg", dir="/tmp"))
+    os.chmod(base, 0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", base)
+    monkeypatch.delenv("VRAM_STEWARD_RUNTIME_DIR", raising=False)
+    try:
+        primary = os.path.join(base, f"vram-steward-{os.getuid()}")
+        os.mkdir(primary, 0o700)
+        agent.register(primary)
+        fallback = tempfile.mkdtemp(prefix=f"vram-steward-{os.getuid()}-", dir=base)
+        data = agent.entry_json()
+        data["pid"] = os.getppid()  # another live process of ours
+        data["create_time"] = psutil.Process(os.getppid()).create_time()
+        write_entry(fallback, data, "other.json")
+        assert agent_paths.runtime_candidates().dirs == [primary, fallback]
+        assert [e.pid for e in read_registry()] == sorted([agent.pid, os.getppid()])
+    finally:
+        subprocess.run(["rm", "-rf", base], check=False)

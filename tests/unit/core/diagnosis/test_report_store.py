@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+
+import pytest
 
 from app.core.diagnosis.report_store import ReportStore
 from app.core.diagnosis.types import Fix, Holder, OomReport
@@ -54,3 +57,36 @@ def test_only_the_newest_are_kept(tmp_path):
 
 def test_a_missing_directory_lists_nothing(tmp_path):
     assert ReportStore(str(tmp_path / "absent")).list() == []
+
+
+def test_nothing_is_written_or_read_in_a_folder_others_can_reach(tmp_path):
+    from app.agent.paths import UnsafeDir
+
+    shared = tmp_path / "oom-reports"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    planted = report(1_700_000_000.0)
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine\n")
+    os.symlink(mine, shared / f".{planted.id}.{os.getpid()}.tmp")
+    (shared / f"{planted.id}.json").write_text(json.dumps(planted.to_json()))
+    store = ReportStore(str(shared))
+    with pytest.raises(UnsafeDir, match="group/others"):
+        store.save(report(1_700_000_100.0))
+    assert mine.read_text() == "mine\n"
+    assert store.list() == [] and store.load(planted.id) is None
+    assert not store.exists(planted.id)
+
+
+def test_the_default_folder_needs_a_private_state_dir(tmp_path, monkeypatch):
+    from app.agent.paths import UnsafeDir
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("VRAM_STEWARD_STATE_DIR", str(state))
+    path = ReportStore().save(report(1_700_000_000.0))
+    assert os.path.dirname(path) == str(state / "oom-reports")
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+    os.chmod(state, 0o775)
+    assert ReportStore().list() == []
+    with pytest.raises(UnsafeDir):
+        ReportStore().save(report(1_700_000_100.0))

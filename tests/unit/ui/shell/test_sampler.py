@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -193,3 +194,47 @@ def test_a_failing_agent_factory_still_samples(qtbot, make_sampler):
         assert blocker.args[0].gpus and sampler.agents is None
     finally:
         sampler.stop()
+
+
+def test_folders_refused_reach_the_gui_thread_as_lines(qtbot, qapp, tmp_path, monkeypatch):
+    """The state dir's check runs on the sampler thread; the hub's lines (its own
+    scans) come along; the window shows them in a banner that stays."""
+    from app.core.monitor.history import History, HistoryConfig
+    from app.ui.window.main_window import MainWindow
+    from tests.fakes.directories import EmptyDirectory
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("VRAM_STEWARD_STATE_DIR", str(shared))
+
+    class Refusing(EmptyDirectory):
+        def notices(self):
+            return ["vram-steward: /tmp/vram-steward-0 belongs to uid 1001, not you: using "
+                    "/tmp/vram-steward-0-k3j2ab instead"]
+
+    sampler = Sampler(lambda: RecordingSource(), 0.1, agents_for=lambda _s: Refusing())
+    window = MainWindow(History(HistoryConfig(period_s=0.1)))
+    qtbot.addWidget(window)
+    sampler.notices_changed.connect(window.show_folder_notices)
+    seen: list[tuple[list[str], int]] = []
+    sampler.notices_changed.connect(lambda lines: seen.append((lines, threading.get_ident())))
+    try:
+        sampler.start()
+        qtbot.waitUntil(lambda: bool(seen), timeout=3000)
+        time.sleep(0.3)  # more ticks: the same lines are not sent again
+    finally:
+        sampler.stop()
+    lines, thread = seen[-1]
+    assert len(seen) == 1 and thread == threading.get_ident()
+    assert lines == [f"vram-steward: {shared} (VRAM_STEWARD_STATE_DIR) is open to group/others "
+                     "(mode 777): refused; history, OOM reports, recordings and agent.log are "
+                     "neither read nor written there",
+                     Refusing().notices()[0]]
+    window.show()
+    banner = window.folder_banner
+    assert banner.isVisible() and banner.body.text() == "\n".join(lines)
+    assert "2 folders were refused" in banner.title.text()
+    window.show_folder_notices([])
+    assert not banner.isVisible()
+    assert os.listdir(shared) == []  # nothing written there

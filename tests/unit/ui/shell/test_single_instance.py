@@ -110,26 +110,49 @@ def test_address_falls_back_to_private_temp_dir(short_dir, monkeypatch):
 
 
 @posix_only
-def test_own_dir_with_loose_mode_is_tightened(short_dir, monkeypatch):
+def test_own_temp_dir_with_loose_mode_gives_way_to_a_private_fallback(short_dir, monkeypatch):
+    """The agents' rule: a default that was open to others may hold anything
+    they planted, so it is left alone and a private dir beside it is used."""
     monkeypatch.delenv(ENV_ADDRESS, raising=False)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(short_dir))
-    private = short_dir / f"vram-steward-{UID}"
-    private.mkdir()
-    os.chmod(private, 0o777)
-    instance_address()
-    assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+    loose = short_dir / f"vram-steward-{UID}"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    addr = Path(instance_address())
+    assert addr.parent.parent == short_dir and addr.parent.name.startswith(f"{loose.name}-")
+    st = os.lstat(addr.parent)
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == UID
+    assert instance_address() == str(addr)  # every launch finds the same one
+    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o777 and list(loose.iterdir()) == []
 
 
 @posix_only
-def test_symlinked_dir_is_refused_and_app_runs_unguarded(short_dir, monkeypatch, qtbot):
+def test_symlinked_temp_dir_gives_way_to_a_private_fallback(short_dir, monkeypatch, qtbot):
     monkeypatch.delenv(ENV_ADDRESS, raising=False)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(short_dir))
     target = short_dir / "elsewhere"
     target.mkdir(mode=0o700)
     (short_dir / f"vram-steward-{UID}").symlink_to(target)
-    with pytest.raises(UnsafeDir):
+    instance = SingleInstance()
+    try:
+        assert instance.claim(argv=[]) is True
+        assert instance.is_listening()
+        assert Path(instance.address).parent.name.startswith(f"vram-steward-{UID}-")
+    finally:
+        instance.close()
+    assert list(target.iterdir()) == []
+
+
+@posix_only
+def test_symlinked_xdg_dir_is_refused_and_app_runs_unguarded(short_dir, monkeypatch, qtbot):
+    monkeypatch.delenv(ENV_ADDRESS, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_dir))
+    target = short_dir / "elsewhere"
+    target.mkdir(mode=0o700)
+    (short_dir / "vram-steward").symlink_to(target)
+    with pytest.raises(UnsafeDir, match="symlink"):
         instance_address()
     instance = SingleInstance()
     assert instance.claim(argv=[]) is True
@@ -138,7 +161,7 @@ def test_symlinked_dir_is_refused_and_app_runs_unguarded(short_dir, monkeypatch,
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
-def test_dir_owned_by_someone_else_is_refused(short_dir, monkeypatch):
+def test_dirs_owned_by_someone_else_are_never_used(short_dir, monkeypatch):
     monkeypatch.delenv(ENV_ADDRESS, raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(short_dir))
     foreign_runtime = short_dir / "run"
@@ -148,10 +171,13 @@ def test_dir_owned_by_someone_else_is_refused(short_dir, monkeypatch):
     private = short_dir / f"vram-steward-{UID}"
     private.mkdir(mode=0o700)
     os.chown(private, 65534, 65534)
-    # Not our XDG_RUNTIME_DIR: skipped; the temp dir is someone else's: refused.
-    with pytest.raises(UnsafeDir, match="owned by"):
-        instance_address()
+    # Not our XDG_RUNTIME_DIR: skipped; the temp dir's default is someone else's:
+    # a private one of ours beside it.
+    addr = Path(instance_address())
+    assert addr.parent.name.startswith(f"{private.name}-")
+    assert os.lstat(addr.parent).st_uid == UID
     assert not (foreign_runtime / "vram-steward").exists()
+    assert list(private.iterdir()) == []
 
 
 # ------------------------------------------------------------------ server
