@@ -1,11 +1,13 @@
 """The process's own idle timer: unload models idle for ``idle_unload_s``.
 
 Set by ``set_policy {idle_unload_s}`` or ``VRAM_STEWARD_IDLE_UNLOAD=seconds``
-at start; works with no app running, like Ollama's keep-alive.  On each agent
-tick, resident models whose weights are on a GPU, idle at least the TTL (see
-``eligibility`` for the idle clock) and with no automatic blocker are unloaded
-to "cpu" (reason "idle"), one after another on a thread of their own so the
-agent keeps answering.
+at start, 10 s to 30 days (``protocol.IDLE_UNLOAD_MIN_S``..``IDLE_UNLOAD_MAX_S``:
+the variable out of them is ignored with a line in agent.log); works with no
+app running, like Ollama's keep-alive.  On each agent tick, resident models
+whose weights are on a GPU, idle at least the TTL (see ``eligibility`` for the
+idle clock) and with no automatic blocker are unloaded to "cpu" (reason
+"idle"), one after another on a thread of their own so the agent keeps
+answering.
 """
 
 from __future__ import annotations
@@ -18,18 +20,24 @@ from typing import Any
 from . import log as _log
 from .errors import ActionError
 from .model_guard import RESIDENT
+from .protocol import idle_unload_problem
 
 
 def ttl_from_env() -> float | None:
+    """The variable's timer; None when unset or unusable (never raises)."""
     env = os.environ.get("VRAM_STEWARD_IDLE_UNLOAD")
     if not env:
         return None
     try:
         value = float(env)
     except ValueError:
-        _log.log("ignoring VRAM_STEWARD_IDLE_UNLOAD=%r" % env)
+        problem: str | None = "must be a number of seconds"
+    else:
+        problem = idle_unload_problem(value)
+    if problem is not None:
+        _log.log("ignoring VRAM_STEWARD_IDLE_UNLOAD=%r: it %s" % (env, problem))
         return None
-    return value if 0 < value < float("inf") else None
+    return value
 
 
 class IdlePolicy:

@@ -45,7 +45,8 @@ Methods (the allowlist; anything else is ``unknown_method``)
     ``pin``         ``{"model": "m1", "pinned": true}`` -> ``{"model", "pinned"}``;
                     pinned models are exempt from automatic unloading
     ``set_policy``  ``{"idle_unload_s": 600 | null}`` -> ``{"idle_unload_s"}``: the
-                    agent's own idle TTL (works with no app running; off = null)
+                    agent's own idle TTL (works with no app running; off = null),
+                    ``IDLE_UNLOAD_MIN_S``..``IDLE_UNLOAD_MAX_S`` (10 s to 30 days)
     ``record``      ``{"seconds": 1..300, "max_entries": 1000..500000 (100000)}`` ->
                     ``{"path", "entries", "seconds", "device": null, "truncated",
                     "sites": [{"site": "train.py:42 in step", "bytes", "count",
@@ -108,6 +109,27 @@ REFUSED = "refused"  # a model action that would not be safe: the reason says wh
 NOT_FOUND = "not_found"  # no such model (it may have been garbage-collected)
 FAILED = "failed"
 INTERNAL = "internal"
+
+#: The idle timer's bounds (``set_policy``, ``VRAM_STEWARD_IDLE_UNLOAD``, the app and
+#: the CLI): shorter would unload a model between two ordinary uses; longer is no
+#: timer anyone means (and a typo away from "never").
+IDLE_UNLOAD_MIN_S = 10.0
+IDLE_UNLOAD_MAX_S = 30 * 86400.0
+#: No automatic unload (the idle timer's or the app's pressure policy's) takes a
+#: model reloaded less than this long ago (a model's ``reloaded_at``): what was
+#: just brought back is wanted, and unloading it again would only thrash.
+RELOAD_GRACE_S = 60.0
+
+
+def idle_unload_problem(value: Any) -> str | None:
+    """Why ``value`` is not an idle timer in seconds (None: it is one).  NaN,
+    infinities, booleans and anything out of bounds are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "must be a number of seconds"
+    if not IDLE_UNLOAD_MIN_S <= value <= IDLE_UNLOAD_MAX_S:  # False for NaN
+        return (f"must be between {IDLE_UNLOAD_MIN_S:g} s and "
+                f"{IDLE_UNLOAD_MAX_S / 86400:g} days ({IDLE_UNLOAD_MAX_S:g} s)")
+    return None
 
 
 class ProtocolError(Exception):

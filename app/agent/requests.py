@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .errors import BadParams
+from .protocol import idle_unload_problem
 
 #: Reasons a client may give; "idle" belongs to the agent's own timer.
 REASONS = ("manual", "pressure")
@@ -58,7 +59,9 @@ def idle_unload_s(params: dict) -> float | None:
     if "idle_unload_s" not in params:
         raise BadParams("idle_unload_s is required (seconds or null)")
     value: Any = params.get("idle_unload_s")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not value > 0 or value != value or value == float("inf")):
-        raise BadParams("idle_unload_s must be a positive number of seconds or null")
-    return float(value) if value is not None else None
+    if value is None:
+        return None
+    problem = idle_unload_problem(value)
+    if problem is not None:
+        raise BadParams(f"idle_unload_s {problem}, or null (off)")
+    return float(value)

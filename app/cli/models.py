@@ -194,14 +194,19 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def _idle_seconds(text: str) -> float | None:
+    """SECONDS (``protocol.IDLE_UNLOAD_MIN_S``..``IDLE_UNLOAD_MAX_S``) or off: refused
+    here, before anything is sent, as the agent would refuse it."""
+    from app.agent.protocol import idle_unload_problem
+
     if text.strip().lower() in ("off", "none", "0"):
         return None
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds or 'off': {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("seconds must be > 0 (or 'off')")
+    problem = idle_unload_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds {problem} (or 'off')")
     return value
 
 
@@ -268,8 +273,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     policy.add_argument("--pid", type=int, required=True, help="the process")
     policy.add_argument("--idle-unload", type=_idle_seconds, required=True,
                         metavar="SECONDS|off",
-                        help="move GPU models idle this long to host memory (models on "
-                             "the CPU are left alone); off to stop")
+                        help="move GPU models idle this long (10 s to 30 days) to host "
+                             "memory (models on the CPU are left alone); off to stop")
     policy.add_argument("--json", action="store_true", help="machine-readable output")
     policy.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                         help="answer timeout (default 10)")

@@ -73,7 +73,7 @@ def model_to_json(m: ModelInfo, seen_at: float) -> dict[str, Any]:
             "idle_s": None if idle is None else round(idle, 1), "group": m.group,
             "state": m.state, "offloaded_to": m.offloaded_to, "pinned": m.pinned,
             "home_device": m.home_device, "unload_blocker": m.unload_blocker,
-            "auto_unload_blocker": m.auto_unload_blocker}
+            "auto_unload_blocker": m.auto_unload_blocker, "reloaded_at": m.reloaded_at}
 
 
 def event_to_json(event: ModelEvent) -> dict[str, Any]:

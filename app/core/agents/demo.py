@@ -29,7 +29,9 @@ process, ``first_seen``, ``idle_since`` (the last forward), the ResNet's
 ``training_evidence``, and an ``auto_unload_blocker`` that is the model's
 unload blocker, else its training evidence, else "pinned", else "not on a
 GPU".  So the notebook's pipeline is eligible because it is idle and shows no
-training evidence.
+training evidence.  As the real agent's, each model reports ``reloaded_at``,
+and no automatic unload (the agent's idle timer, a "pressure" request) takes
+a model reloaded less than ``protocol.RELOAD_GRACE_S`` ago.
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ class DemoModelState:
     offloaded_to: str | None = None
     offloaded_at: float = 0.0  # seconds into its process's life
     pinned: bool = False
+    reloaded_at: float | None = None  # epoch seconds of its last reload (None: never)
+
+    def just_reloaded(self, now: float) -> float | None:
+        """Seconds since a reload less than RELOAD_GRACE_S ago (None: none that recent)."""
+        if self.reloaded_at is None or now - self.reloaded_at >= protocol.RELOAD_GRACE_S:
+            return None
+        return max(0.0, now - self.reloaded_at)
 
 
 @dataclass(slots=True)
@@ -245,9 +254,10 @@ class DemoAgents(AgentDirectory):
         return ModelActionResult(pid, model, True, pinned=bool(pinned))
 
     def set_idle_unload(self, pid: int, seconds: float | None, timeout_s: float = 10.0) -> dict:
-        if seconds is not None and not seconds > 0:
-            return {"ok": False, "idle_unload_s": None, "error": "seconds must be > 0 or None",
-                    "code": protocol.BAD_PARAMS}
+        problem = None if seconds is None else protocol.idle_unload_problem(seconds)
+        if problem is not None:
+            return {"ok": False, "idle_unload_s": None, "code": protocol.BAD_PARAMS,
+                    "error": f"idle_unload_s {problem}, or null (off)"}
         with self._lock:
             st = self.source.watched_state.get(pid)
             if st is None:
@@ -313,6 +323,9 @@ class DemoAgents(AgentDirectory):
             return f"training evidence: {m.training_evidence}"
         if reason != "manual" and ms.pinned:
             return "pinned"
+        ago = ms.just_reloaded(self.source.now())
+        if reason != "manual" and ago is not None:
+            return f"reloaded {ago:.0f} s ago (< {protocol.RELOAD_GRACE_S:g} s)"
         return None
 
     def _offloaded_bytes(self, proc: _ProcState) -> int:
@@ -352,7 +365,7 @@ class DemoAgents(AgentDirectory):
         nbytes = m.param_bytes + m.buffer_bytes
         ms = proc.models[i]
         source_of = ms.offloaded_to or "cpu"
-        ms.state, ms.offloaded_to = "resident", None
+        ms.state, ms.offloaded_to, ms.reloaded_at = "resident", None, self.source.now()
         self.source.set_offloaded(proc.index, self._offloaded_bytes(proc))
         return self._event(proc, i, action="reload", state="resident", target=source_of,
                            bytes_moved=nbytes, bytes_released=None,
@@ -382,6 +395,7 @@ class DemoAgents(AgentDirectory):
                         self._reload(proc, i, "forward")
                     elif (ms.state == "resident" and proc.idle_unload_s is not None
                           and self._blocker(proc, spec, i, st) is None
+                          and ms.just_reloaded(self.source.wall(t)) is None
                           and local - last >= proc.idle_unload_s):
                         self._unload(proc, st, i, "cpu", "idle", local)
 
@@ -428,7 +442,8 @@ class DemoAgents(AgentDirectory):
                 auto_unload_blocker=_auto_blocker(m, ms.pinned, loaded), home_device=home,
                 first_seen=min(now - idle, now - (st.local - _first_seen(spec, m))),
                 idle_since=now - idle, training_evidence=m.training_evidence,
-                unload_blocker=m.unload_blocker, placeholder_bytes=0))
+                unload_blocker=m.unload_blocker, placeholder_bytes=0,
+                reloaded_at=ms.reloaded_at))
         peak_reserved = reserved if spec.match != "train.py" else max(
             reserved, int(self.source.processes[st.index].base + proc.amp) - spec.context)
         peak_extra = 512 * MiB if spec.match == "train.py" else 0  # the backward pass's peak

@@ -3,6 +3,7 @@ field becomes None ("n/a"), never a crash and never 0."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -14,6 +15,12 @@ def float_or_none(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def time_or_none(value: Any) -> float | None:
+    """Epoch seconds: a finite number, else None (an infinity is no moment)."""
+    number = float_or_none(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def str_or_none(value: Any) -> str | None:

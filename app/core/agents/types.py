@@ -16,7 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.agents.fields import bool_or_none, float_or_none, int_or_none, str_or_none
+from app.core.agents.fields import (
+    bool_or_none,
+    float_or_none,
+    int_or_none,
+    str_or_none,
+    time_or_none,
+)
 from app.core.agents.oom import OomCapture, captures
 from app.core.agents.steps import StepMemory
 
@@ -150,6 +156,9 @@ class ModelInfo:
     # Bytes of meta-device placeholders (weights held elsewhere, e.g. by an offload
     # hook); not in bytes_by_device.  None: unknown.
     placeholder_bytes: int | None = None
+    # Epoch seconds the model's last reload completed; None: never reloaded (or an
+    # agent too old to say).  No automatic unload takes it for protocol.RELOAD_GRACE_S.
+    reloaded_at: float | None = None
 
     def bytes_on(self, device: str) -> int:
         per = self.bytes_by_device.get(device, {})
@@ -195,7 +204,8 @@ class ModelInfo:
             first_seen=_float(data.get("first_seen")), idle_since=idle_since,
             training_evidence=_str(data.get("training_evidence")),
             unload_blocker=_str(data.get("unload_blocker")),
-            placeholder_bytes=_int(data.get("placeholder_bytes")))
+            placeholder_bytes=_int(data.get("placeholder_bytes")),
+            reloaded_at=time_or_none(data.get("reloaded_at")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.agent.protocol import idle_unload_problem
 from app.core.agents.directory import AgentDirectory
 from app.core.agents.placement import gpu_of_device
 from app.core.agents.types import ModelActionResult
@@ -273,6 +274,10 @@ class AppController:
         return action
 
     def _model(self, req: Unload | Reload | Pin | SetIdleUnload) -> ModelAction:
+        if isinstance(req, SetIdleUnload) and req.seconds is not None:
+            problem = idle_unload_problem(req.seconds)
+            if problem is not None:
+                raise RequestError(Refusal.INVALID, f"the idle timer {problem}")
         snap = self._check_agent(req.pid)
         report = snap.agents[req.pid]
         label = targets.label_of(snap, req.pid)

@@ -160,7 +160,7 @@ class Refusal(StrEnum):
     GONE = "gone"  # the process has exited, or its pid now names another one
     SIMULATED = "simulated"  # a demo process: nothing real to signal
     NO_CUDA = "no_cuda"  # the process has not initialised CUDA: nothing to record
-    INVALID = "invalid"  # a figure out of its bounds (a recording's length)
+    INVALID = "invalid"  # a figure out of its bounds (a recording's length, an idle timer)
 
 
 class RequestError(ValueError):

@@ -24,13 +24,14 @@ The rule (per GPU, NVML ``memory_used / memory_total``):
   forward) *and* in this policy's view that long: a model the app has just
   found (the app started, a process appeared) is not unloaded before the
   user has had ``min_idle_s`` to see it, however long its agent says it has
-  been idle.  The agent alone says what blocks an automatic unload (training
-  evidence, torch.compile, shared tensors, ...): the policy never re-derives
-  that from ``training`` or ``requires_grad``, and a model whose idle time is
-  unknown is never chosen.  A model belongs to a GPU when its home device
-  is the CUDA device that the process's agent maps to that GPU's UUID
-  (``AgentReport.device_for_gpu``; CUDA_VISIBLE_DEVICES renumbers devices
-  inside a process).
+  been idle.  Nor is a model reloaded less than ``RELOAD_GRACE_S`` (60 s, the
+  agent's own rule too) ago: it was just wanted back.  The agent alone says
+  what blocks an automatic unload (training evidence, torch.compile, shared
+  tensors, ...): the policy never re-derives that from ``training`` or
+  ``requires_grad``, and a model whose idle time is unknown is never chosen.
+  A model belongs to a GPU when its home device is the CUDA device that the
+  process's agent maps to that GPU's UUID (``AgentReport.device_for_gpu``;
+  CUDA_VISIBLE_DEVICES renumbers devices inside a process).
 * Every decision is logged (``PolicyDecision``), "nothing eligible" and
   "deferred" included, with its reason; an unload's decision is updated with
   the agents' answers and the bytes really released once it has run.
@@ -51,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.agent.protocol import RELOAD_GRACE_S
 from app.core.agents.types import ModelActionResult
 from app.core.control.measure import ActionFigures, released_text
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
@@ -154,16 +156,20 @@ class PolicyDecision:
         }
 
 
-def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float,
+def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float, seen_at: float,
              watched_s: float = math.inf) -> str | None:
-    """Why ``model`` may not be unloaded automatically (None: it may); ``watched_s``:
-    how long the policy has seen it."""
+    """Why ``model`` may not be unloaded automatically (None: it may); ``seen_at``:
+    epoch seconds of its report; ``watched_s``: how long the policy has seen it."""
     if model.state != "resident":
         return model.state + (f" to {model.offloaded_to}" if model.offloaded_to else "")
     if model.pinned:
         return "pinned"
     if model.auto_unload_blocker:
         return model.auto_unload_blocker
+    if model.reloaded_at is not None:
+        reloaded_s = max(0.0, seen_at - model.reloaded_at)  # a clock ahead: just now
+        if reloaded_s < RELOAD_GRACE_S:
+            return f"reloaded {reloaded_s:.0f} s ago (< {RELOAD_GRACE_S:g} s)"
     if idle_s is None:
         return IDLE_UNKNOWN
     if idle_s < min_idle_s:
@@ -291,7 +297,7 @@ class PressurePolicy:
                     continue
                 idle = m.idle_s(seen_at)
                 watched = math.inf if now is None else self.watched_s(pid, m.id, now)
-                why = _why_not(m, idle, self.config.min_idle_s, watched)
+                why = _why_not(m, idle, self.config.min_idle_s, seen_at, watched)
                 if why is not None or idle is None:
                     skipped.append((pid, m.id, m.name, why or IDLE_UNKNOWN))
                     continue

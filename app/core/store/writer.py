@@ -2,7 +2,10 @@
 
 Used only on the recorder's writer thread.  Ids of GPUs and processes are
 cached, so a commit costs one ``INSERT`` per row plus a ``last_t`` update
-per process seen.
+per process seen.  A transaction that fails (a full disk) takes the rows it
+inserted with it, so every cached id is dropped then and looked up again in
+the next one: a cached id of a rolled-back row would later name whichever
+GPU or process the database gives that id next.
 """
 
 from __future__ import annotations
@@ -46,8 +49,7 @@ class HistoryWriter:
                              [(t, process, t) for process, t in seen.items()])
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            self._roll_back()
             raise
 
     def prune(self, now: float) -> None:
@@ -60,14 +62,22 @@ class HistoryWriter:
             conn.execute("DELETE FROM sample WHERE tier = ? AND t < ?", (FINE, fine))
             conn.execute("DELETE FROM sample WHERE tier = ? AND t < ?", (COARSE, coarse))
             conn.execute("DELETE FROM process WHERE last_t < ?", (coarse,))
+            kept = {row[0] for row in conn.execute("SELECT id FROM process")}
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            self._roll_back()
             raise
-        kept = {row[0] for row in conn.execute("SELECT id FROM process")}
         self._process_ids = {key: process for key, process in self._process_ids.items()
                              if process in kept}
+
+    def _roll_back(self) -> None:
+        """Undo the open transaction (SQLite may have done so already) and forget
+        every cached id: the database, not the cache, says which rows exist."""
+        self._gpu_ids.clear()
+        self._gpu_info.clear()
+        self._process_ids.clear()
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
     def _gpu_id(self, info: GpuInfo) -> int:
         gpu_id = self._gpu_ids.get(info.uuid)

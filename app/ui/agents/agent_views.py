@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.agent.protocol import RELOAD_GRACE_S
 from app.core.agents.types import AgentReport
 from app.core.control.requests import CollectGarbage, FreeCache, Terminate
 from app.core.monitor.naming import process_label
@@ -62,6 +63,7 @@ from app.ui.gpu.torch_memory import (
     breakdown_tooltip,
     free_button_text,
 )
+from app.ui.settings.values import IDLE_TIMER_MAX_MIN, IDLE_TIMER_MIN_MIN
 from app.ui.style import palette as pal
 from app.ui.style.sort_header import SortHeader
 
@@ -169,7 +171,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.idle_box.setObjectName("idleUnloadBox")
         self.idle_spin = QSpinBox(self)
         self.idle_spin.setObjectName("idleUnloadMinutes")
-        self.idle_spin.setRange(1, 24 * 60)
+        self.idle_spin.setRange(IDLE_TIMER_MIN_MIN, IDLE_TIMER_MAX_MIN)  # the agent's bounds
         self.idle_spin.setSuffix(" min")
         self.idle_spin.setValue(30)
         self.idle_spin.setKeyboardTracking(False)
@@ -178,8 +180,8 @@ class ProcessDetailView(ModelControls, QDialog):
         tip = ("The agent inside the process unloads its GPU models to host memory once "
                "they have been idle this long (no forward pass; before the first one, since "
                "the agent first saw them). Pinned models, models with training evidence and "
-               "those the agent cannot move are left alone. It works even when this app is "
-               "not running.")
+               "those the agent cannot move are left alone, and so is a model reloaded in the "
+               f"last {RELOAD_GRACE_S:g} s. It works even when this app is not running.")
         for w in (self.idle_box, self.idle_spin, self.idle_state):
             w.setToolTip(tip)
         mhead.addWidget(self.idle_box)

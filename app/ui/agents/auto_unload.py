@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidgetAction,
 )
 
+from app.agent.protocol import RELOAD_GRACE_S
 from app.core.control.measure import ActionFigures
 from app.core.units import fmt_ago, fmt_bytes, fmt_duration, fmt_fraction
 from app.ui.settings.values import AutoUnloadSettings
@@ -139,7 +140,8 @@ class AutoUnloadForm(QWidget):
                                   "Only models idle at least this long are unloaded (no "
                                   "forward pass; before the first one, since the agent first "
                                   "saw them), and only once the app has seen them that long "
-                                  "too; pinned models and models with training evidence never "
+                                  "too; pinned models, models with training evidence and "
+                                  f"models reloaded in the last {RELOAD_GRACE_S:g} s never "
                                   "are")
         form.addRow("Threshold", self.threshold_spin)
         form.addRow("Re-arm below", self.rearm_spin)
@@ -265,8 +267,9 @@ class AutoUnloadControl(QToolButton):
                     "process's own idle timer)")
         return ("Memory-pressure policy: when a GPU's used memory reaches "
                 f"{s.threshold * 100:.0f} %, idle models (idle ≥ {s.min_idle_s / 60:g} min, "
-                "and seen by the app that long; not pinned) are unloaded to host memory until "
-                f"it is below; it acts again after usage fell under {s.rearm * 100:.0f} %.")
+                "and seen by the app that long; not pinned; not reloaded in the last "
+                f"{RELOAD_GRACE_S:g} s) are unloaded to host memory until it is below; it "
+                f"acts again after usage fell under {s.rearm * 100:.0f} %.")
 
     def _show(self, s: AutoUnloadSettings) -> None:
         self.setText("Auto-unload: unloading…" if s.enabled and self.acting else s.summary())

@@ -34,6 +34,8 @@ from app.ui.agents.auto_unload import AutoUnloadForm, spin_box
 from app.ui.settings.history_page import HistoryPage
 from app.ui.settings.values import (
     HISTORY_CHOICES_S,
+    IDLE_TIMER_MAX_MIN,
+    IDLE_TIMER_MIN_MIN,
     PERIOD_MAX_S,
     PERIOD_MIN_S,
     AlertSettings,
@@ -215,7 +217,8 @@ class SettingsDialog(QDialog):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         form.setContentsMargins(12, 0, 12, 0)
-        self.idle_default_spin = spin_box(page, 1, 24 * 60, " min", "idleDefault",
+        self.idle_default_spin = spin_box(page, IDLE_TIMER_MIN_MIN, IDLE_TIMER_MAX_MIN, " min",
+                                          "idleDefault",
                                           "What a process's own “Unload idle models after” "
                                           "timer offers when it is switched on")
         form.addRow("Per-process idle timer", self.idle_default_spin)

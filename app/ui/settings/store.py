@@ -5,7 +5,11 @@ One INI file per user (``~/.config/vram-steward/vram-steward.ini`` on Linux,
 editable by hand.  Every key holds a JSON value, so types survive the INI
 format (which would otherwise hand back every number as a string); a value
 that is not valid JSON is kept as the raw string and left to
-:meth:`UiSettings.from_dict` to accept or replace with its default.
+:meth:`UiSettings.read` to accept or replace with its default.  A value that
+cannot be read at all (brackets nested past Python's recursion limit, a value
+too large for memory, a type nothing expects) uses its default too: the
+window must start whatever the file holds.  Those values are named in one
+notice (``SettingsStore.notice``, logged once).
 
 ``VRAM_STEWARD_SETTINGS`` names another file (tests, or a second profile).
 """
@@ -13,6 +17,7 @@ that is not valid JSON is kept as the raw string and left to
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -20,6 +25,7 @@ from PySide6.QtCore import QSettings
 
 from app.ui.settings.values import UiSettings
 
+log = logging.getLogger(__name__)
 ORGANISATION = "vram-steward"
 APPLICATION = "vram-steward"
 ENV_FILE = "VRAM_STEWARD_SETTINGS"
@@ -59,6 +65,8 @@ def _decode(raw: Any) -> Any:
 class SettingsStore:
     def __init__(self, qsettings: QSettings | None = None) -> None:
         self.qsettings = qsettings if qsettings is not None else open_settings()
+        #: After ``load``: the one line naming the values that could not be read, or None.
+        self.notice: str | None = None
 
     @property
     def path(self) -> str:
@@ -67,8 +75,14 @@ class SettingsStore:
     def load(self) -> UiSettings:
         self.qsettings.sync()
         data: dict[str, Any] = {}
+        unread: list[str] = []
         for key in self.qsettings.allKeys():
             if key == "format_version":
+                continue
+            try:
+                value = _decode(self.qsettings.value(key))
+            except Exception:  # RecursionError, MemoryError, ...: the default, and a notice
+                unread.append(key)
                 continue
             node = data
             *groups, leaf = key.split("/")
@@ -77,8 +91,15 @@ class SettingsStore:
                 if not isinstance(child, dict):
                     child = node[group] = {}
                 node = child
-            node[leaf] = _decode(self.qsettings.value(key))
-        return UiSettings.from_dict(data)
+            node[leaf] = value
+        settings, failed = UiSettings.read(data)
+        unread += failed
+        self.notice = None
+        if unread:
+            self.notice = ("Settings that could not be read use their defaults: "
+                           f"{', '.join(sorted(unread))} ({self.path}).")
+            log.warning("%s", self.notice)
+        return settings
 
     def save(self, settings: UiSettings) -> bool:
         """Write every value; False when the file could not be written (read-only home)."""

@@ -5,16 +5,21 @@
 :meth:`UiSettings.from_dict` turns whatever a settings file holds -- old keys,
 missing keys, values a person typed by hand -- into valid settings: a value
 that does not parse or is out of range falls back to its default (or is
-clamped), it never stops the app from starting.
+clamped), it never stops the app from starting.  A value whose reading fails
+outright (an exception: a number too large for a float, an object of a type
+nothing expects) falls back too, and :meth:`UiSettings.read` names it, so the
+user is told once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.agent.protocol import IDLE_UNLOAD_MAX_S, IDLE_UNLOAD_MIN_S
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
 from app.core.store.tiers import Retention
 
@@ -24,6 +29,9 @@ PERIOD_MIN_S = 0.1
 PERIOD_MAX_S = 10.0
 #: Full-rate history lengths offered (seconds); 24 h of 5 s peaks are always kept.
 HISTORY_CHOICES_S = (600.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0)
+#: A process's idle timer in whole minutes, within the agent's bounds (10 s to 30 days).
+IDLE_TIMER_MIN_MIN = max(1, math.ceil(IDLE_UNLOAD_MIN_S / 60))
+IDLE_TIMER_MAX_MIN = int(IDLE_UNLOAD_MAX_S // 60)
 
 
 def _num(value: Any, default: float, lo: float, hi: float) -> float:
@@ -150,6 +158,22 @@ class StoredHistorySettings:
         return Retention(self.fine_min * 60.0, self.coarse_days * 86400.0)
 
 
+def _group(name: str, kind: type, raw: Any, failed: list[str]) -> Any:
+    """``kind`` from the keys of ``raw`` it knows, normalised; a key whose value
+    cannot be read at all (normalising it raises) keeps its default and is
+    named in ``failed`` as ``name/key``."""
+    raw = raw if isinstance(raw, dict) else {}
+    known = {f.name for f in dataclasses.fields(kind)}
+    values = {k: v for k, v in raw.items() if k in known}
+    for key in list(values):
+        try:
+            kind(**{key: values[key]}).normalised()
+        except Exception:
+            failed.append(f"{name}/{key}")
+            del values[key]
+    return kind(**values).normalised()
+
+
 @dataclass
 class UiSettings:
     auto_unload: AutoUnloadSettings = field(default_factory=AutoUnloadSettings)
@@ -183,36 +207,51 @@ class UiSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> UiSettings:
+        return cls.read(data)[0]
+
+    @classmethod
+    def read(cls, data: dict[str, Any] | None) -> tuple[UiSettings, list[str]]:
+        """The settings, and the names of the values that could not be read at
+        all (each uses its default)."""
         data = data if isinstance(data, dict) else {}
         d = cls()
+        failed: list[str] = []
 
-        def sub(name: str, kind: type) -> Any:
-            raw = data.get(name)
-            raw = raw if isinstance(raw, dict) else {}
-            known = {f.name for f in dataclasses.fields(kind)}
-            return kind(**{k: v for k, v in raw.items() if k in known}).normalised()
+        def value(name: str, convert: Callable[[Any], Any]) -> Any:
+            try:
+                return convert(data.get(name))
+            except Exception:
+                failed.append(name)
+                return getattr(d, name)
 
-        theme = data.get("theme")
-        return cls(
-            auto_unload=sub("auto_unload", AutoUnloadSettings),
-            alerts=sub("alerts", AlertSettings),
-            stored_history=sub("stored_history", StoredHistorySettings),
-            sample_period_s=round(_num(data.get("sample_period_s"), d.sample_period_s,
-                                       PERIOD_MIN_S, PERIOD_MAX_S), 3),
-            history_s=_num(data.get("history_s"), d.history_s, HISTORY_CHOICES_S[0],
-                           HISTORY_CHOICES_S[-1]),
-            theme=theme if theme in THEMES else d.theme,
-            start_minimised=_flag(data.get("start_minimised"), d.start_minimised),
-            close_to_tray=_flag(data.get("close_to_tray"), d.close_to_tray),
-            close_hint_shown=_flag(data.get("close_hint_shown"), d.close_hint_shown),
-            no_tray_hint_shown=_flag(data.get("no_tray_hint_shown"), d.no_tray_hint_shown),
-            idle_unload_default_min=int(_num(data.get("idle_unload_default_min"),
-                                             d.idle_unload_default_min, 1, 24 * 60)),
-            markers_per_gpu=int(_num(data.get("markers_per_gpu"), d.markers_per_gpu, 10, 10000)),
-            activity_rows=int(_num(data.get("activity_rows"), d.activity_rows, 50, 100000)),
+        settings = cls(
+            auto_unload=_group("auto_unload", AutoUnloadSettings, data.get("auto_unload"),
+                               failed),
+            alerts=_group("alerts", AlertSettings, data.get("alerts"), failed),
+            stored_history=_group("stored_history", StoredHistorySettings,
+                                  data.get("stored_history"), failed),
+            sample_period_s=value("sample_period_s", lambda v: round(
+                _num(v, d.sample_period_s, PERIOD_MIN_S, PERIOD_MAX_S), 3)),
+            history_s=value("history_s", lambda v: _num(
+                v, d.history_s, HISTORY_CHOICES_S[0], HISTORY_CHOICES_S[-1])),
+            theme=value("theme", lambda v: v if isinstance(v, str) and v in THEMES
+                        else d.theme),
+            start_minimised=value("start_minimised", lambda v: _flag(v, d.start_minimised)),
+            close_to_tray=value("close_to_tray", lambda v: _flag(v, d.close_to_tray)),
+            close_hint_shown=value("close_hint_shown", lambda v: _flag(v, d.close_hint_shown)),
+            no_tray_hint_shown=value("no_tray_hint_shown",
+                                     lambda v: _flag(v, d.no_tray_hint_shown)),
+            idle_unload_default_min=value("idle_unload_default_min", lambda v: int(_num(
+                v, d.idle_unload_default_min, IDLE_TIMER_MIN_MIN, IDLE_TIMER_MAX_MIN))),
+            markers_per_gpu=value("markers_per_gpu",
+                                  lambda v: int(_num(v, d.markers_per_gpu, 10, 10000))),
+            activity_rows=value("activity_rows",
+                                lambda v: int(_num(v, d.activity_rows, 50, 100000))),
         )
+        return settings, failed
 
 
 __all__ = ["AlertSettings", "AutoUnloadSettings", "GpuAlertLevels", "StoredHistorySettings",
            "UiSettings", "THEMES",
-           "HISTORY_CHOICES_S", "PERIOD_MIN_S", "PERIOD_MAX_S"]
+           "HISTORY_CHOICES_S", "IDLE_TIMER_MAX_MIN", "IDLE_TIMER_MIN_MIN", "PERIOD_MIN_S",
+           "PERIOD_MAX_S"]

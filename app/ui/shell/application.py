@@ -117,8 +117,11 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
                       load_history=load_history)
     controller = ControllerAdapter(AppController(lambda: sampler.agents))
     window = MainWindow(history, settings=settings, controller=controller)
+    if store.notice:  # values of the settings file that could not be read: defaults used
+        window.show_notice(store.notice)
     sampler.history_loaded.connect(lambda stored: _seed(window, stored, recorder))
     sampler.snapshot_ready.connect(window.on_snapshot)
+    sampler.notices_changed.connect(window.show_folder_notices)
     window.demo_requested.connect(
         lambda: sampler.switch_source(_source_factory(True, seed, demo_size)))
     window.retry_requested.connect(sampler.retry)
@@ -193,7 +196,7 @@ def _seed(window: MainWindow, stored: object, recorder: HistoryRecorder | None) 
     window.history.seed(stored)
     message = (recorder.take_message() if recorder is not None else None) or stored.error
     if message:
-        window.statusBar().showMessage(message, 30_000)
+        window.show_notice(message)
 
 
 def _quit_on_termination(qt_app: QApplication) -> None:

@@ -25,7 +25,7 @@ DEVICE_KEYS = {"index", "allocated", "reserved", "peak_allocated", "peak_reserve
 MODEL_KEYS = {"id", "name", "class", "params", "param_bytes", "buffer_bytes", "placeholder_bytes",
               "device", "dtype", "training", "requires_grad", "training_evidence", "last_used",
               "first_seen", "idle_since", "idle_s", "group", "state", "offloaded_to", "pinned",
-              "home_device", "unload_blocker", "auto_unload_blocker"}
+              "home_device", "unload_blocker", "auto_unload_blocker", "reloaded_at"}
 FREE_KEYS = {"pid", "ok", "reserved_before", "reserved_after", "freed", "error"}
 
 needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
@@ -58,20 +58,15 @@ def runtime(monkeypatch):
 @pytest.fixture
 def agents(runtime):
     """A good agent and a hung one, each in a real (sleeping) process."""
-    procs, fakes = [], []
+    fakes = []
     for hang in (False, True):
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        fake = FakeAgent(pid=proc.pid, sock_dir=runtime)
+        fake = FakeAgent(sock_dir=runtime, own_process=True)
         fake.hang = hang
         fake.register(runtime)
-        procs.append(proc)
         fakes.append(fake)
     yield fakes
     for fake in fakes:
         fake.close()
-    for proc in procs:
-        proc.kill()
-        proc.wait()
 
 
 # ------------------------------------------------------------ agents
@@ -244,3 +239,41 @@ def test_run_reports_death_by_signal_as_128_plus_n():
                    "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
                    stdin=subprocess.DEVNULL)
     assert done.returncode == 128 + signal.SIGTERM
+
+
+@needs_unix
+def test_a_default_runtime_dir_open_to_others_is_said_once_and_agents_use_a_fallback(
+        monkeypatch):
+    """Without a second user: our own default dir, open to everyone (anything may
+    have been planted there), is refused like anyone else's."""
+    tmp = os.path.realpath(tempfile.mkdtemp(prefix="vstc", dir="/tmp"))
+    os.chmod(tmp, 0o1777)
+    primary = os.path.join(tmp, f"vram-steward-{os.getuid()}")
+    os.mkdir(primary)
+    os.chmod(primary, 0o777)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VRAM_STEWARD_RUNTIME_DIR", "VRAM_STEWARD_AGENT")}
+    env["TMPDIR"] = tmp
+    wait = "import os, sys; print(os.getpid(), flush=True); sys.stdin.readline()"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "run", "--", sys.executable,
+                             "-c", wait], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        pid = int(proc.stdout.readline())
+        (fallback,) = [os.path.join(tmp, n) for n in os.listdir(tmp)
+                       if n.startswith(f"vram-steward-{os.getuid()}-")]
+        line = (f"vram-steward: {primary} is open to group/others (mode 777): using {fallback} "
+                "instead")
+        listed = subprocess.run([sys.executable, str(ROOT / "main.py"), "agents", "--json"],
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert [r["pid"] for r in json.loads(listed.stdout)] == [pid]
+        assert listed.stderr.splitlines() == [line]
+        _out, err = proc.communicate("\n", timeout=30)
+        assert proc.returncode == 0 and err.splitlines() == [line]
+        assert os.listdir(primary) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["rm", "-rf", tmp], check=False)

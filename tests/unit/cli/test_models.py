@@ -118,7 +118,7 @@ def test_pin_and_policy_demo(capsys):
                                            "error": None, "code": None}
     with pytest.raises(SystemExit):
         cli.main(["policy", "--demo", "--pid", str(TRAIN), "--idle-unload", "soon"])
-    assert run_cli(capsys, "policy", "--demo", "--pid", "1", "--idle-unload", "5")[0] == 2
+    assert run_cli(capsys, "policy", "--demo", "--pid", "1", "--idle-unload", "600")[0] == 2
 
 
 # ------------------------------------------------------------------ a fake agent
@@ -209,3 +209,25 @@ def test_a_hung_agent_fails_with_exit_1(capsys, fake):
     rc, out, _ = run_cli(capsys, "unload", "--pid", str(fake.pid), "--model", "m2",
                          "--timeout", "0.3", "--json")
     assert rc == 1 and json.loads(out)["code"] == "timeout"
+
+
+@needs_unix
+@pytest.mark.parametrize("seconds", ["1e-300", "5", "-60", "nan", "inf", "1e999", "2592001"])
+def test_policy_out_of_bounds_is_refused_before_anything_is_sent(capsys, fake, seconds):
+    fake.idle_unload_s = 600.0
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["policy", "--pid", str(fake.pid), "--idle-unload", seconds])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == ""
+    assert "--idle-unload" in err and "between 10 s and 30 days" in err
+    assert not [method for method, _ in fake.requests if method == "set_policy"]
+    assert fake.idle_unload_s == 600.0
+
+
+@needs_unix
+@pytest.mark.parametrize("seconds", ["10", "2592000"])
+def test_policy_at_the_bounds_is_sent(capsys, fake, seconds):
+    rc, out, _ = run_cli(capsys, "policy", "--pid", str(fake.pid), "--idle-unload", seconds,
+                         "--json")
+    assert rc == 0 and json.loads(out)["idle_unload_s"] == float(seconds)
+    assert fake.requests[-1] == ("set_policy", {"idle_unload_s": float(seconds)})

@@ -162,8 +162,8 @@ def test_default_directory_has_no_model_manager():
 # ------------------------------------------------------------------ hub
 
 
-def test_hub_actions_never_hold_up_polling_and_events_arrive_once(runtime, sleeper):
-    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime).with_models()
+def test_hub_actions_never_hold_up_polling_and_events_arrive_once(runtime):
+    fake = FakeAgent(sock_dir=runtime, own_process=True).with_models()
     fake.register(runtime)
     fake.action_delay_s = 1.0  # a big model: the unload takes a second
     hub = AgentHub(runtime, period_s=0.05, registry_period_s=0.1)
@@ -210,9 +210,9 @@ def test_hub_actions_never_hold_up_polling_and_events_arrive_once(runtime, sleep
         fake.close()
 
 
-def test_hub_actions_work_without_polling(runtime, sleeper):
+def test_hub_actions_work_without_polling(runtime):
     """The CLI's way: no start(), the entry comes from the registry."""
-    fake = FakeAgent(pid=sleeper().pid, sock_dir=runtime).with_models()
+    fake = FakeAgent(sock_dir=runtime, own_process=True).with_models()
     fake.register(runtime)
     hub = AgentHub(runtime)
     try:

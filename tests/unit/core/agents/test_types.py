@@ -1,5 +1,7 @@
 """Parsing agent JSON defensively, and mapping CUDA devices onto NVML GPUs."""
 
+import pytest
+
 from app.core.agents.types import AgentReport, DeviceMemory, ModelInfo, VramBreakdown
 
 GiB = 1024**3
@@ -87,3 +89,17 @@ def test_an_older_agents_model_entry_falls_back_to_last_used_and_unknowns():
                                "first_seen": True, "training_evidence": 3})
     assert (bad.idle_since, bad.placeholder_bytes, bad.first_seen,
             bad.training_evidence) == (None, None, None, None)
+
+
+@pytest.mark.parametrize(("raw", "parsed"), [
+    (1_700_000_000.5, 1_700_000_000.5), (1_700_000_000, 1_700_000_000.0)])
+def test_reloaded_at_is_epoch_seconds(raw, parsed):
+    m = ModelInfo.from_json({"id": "m1", "reloaded_at": raw})
+    assert m.reloaded_at == parsed and isinstance(m.reloaded_at, float)
+
+
+@pytest.mark.parametrize("raw", [None, "soon", True, [1.0], {"t": 1.0}, float("inf"),
+                                 float("-inf"), float("nan")])
+def test_reloaded_at_never_reloaded_missing_or_mistyped_is_none(raw):
+    assert ModelInfo.from_json({"id": "m1", "reloaded_at": raw}).reloaded_at is None
+    assert ModelInfo.from_json({"id": "m1"}).reloaded_at is None  # an older agent

@@ -5,6 +5,7 @@ auto-unload settings applied to the pressure policy."""
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -166,6 +167,20 @@ def test_requests_are_checked_against_the_latest_snapshot_and_change_nothing(clo
             c.submit(request)
         assert err.value.code is code, request
         assert str(err.value)
+    assert c.running() == [] and c.updates == [] and fake.calls == []
+
+
+@pytest.mark.parametrize("seconds", [1e-300, 9.5, 0.0, -60.0, math.nan, math.inf,
+                                     30 * 86400.0 + 1, True])
+def test_an_idle_timer_out_of_the_agents_bounds_is_refused(clock, seconds):
+    fake = FakeDirectory()
+    c = make(fake, clock)
+    c.on_snapshot(two_agents())
+    with pytest.raises(RequestError) as err:
+        c.submit(SetIdleUnload(10, seconds))
+    assert err.value.code is Refusal.INVALID and "idle timer" in str(err.value)
+    if not isinstance(seconds, bool):
+        assert "between 10 s and 30 days" in str(err.value)
     assert c.running() == [] and c.updates == [] and fake.calls == []
 
 

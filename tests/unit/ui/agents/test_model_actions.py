@@ -12,6 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
+from app.agent.protocol import IDLE_UNLOAD_MAX_S, IDLE_UNLOAD_MIN_S, idle_unload_problem
 from app.core.agents.types import ModelActionResult, ModelEvent, ModelInfo
 from app.core.policies.pressure import PolicyRunner
 from app.core.units import GiB, MiB
@@ -449,6 +450,20 @@ def test_idle_timer_control_sets_seconds_and_none(window, qtbot):
     window.on_snapshot(notebook_snap(t=12.0, idle_unload_s=600.0))
     assert view.idle_box.isChecked() and view.idle_spin.value() == 10
     assert len(fake.calls) == 2
+
+
+def test_idle_timer_offers_the_agents_whole_range_and_nothing_outside(window, qtbot):
+    fake = ModelFake()
+    with_runner(window, fake)
+    window.on_snapshot(notebook_snap(idle_unload_s=IDLE_UNLOAD_MAX_S))  # 30 days, set elsewhere
+    view = window.open_details(20)
+    assert view.idle_box.isChecked() and view.idle_spin.value() * 60 == IDLE_UNLOAD_MAX_S
+    low, high = view.idle_spin.minimum() * 60.0, view.idle_spin.maximum() * 60.0
+    assert idle_unload_problem(low) is None and idle_unload_problem(high) is None
+    assert low - 60 < IDLE_UNLOAD_MIN_S and high == IDLE_UNLOAD_MAX_S  # whole minutes
+    view.idle_spin.setValue(view.idle_spin.minimum())
+    qtbot.waitUntil(lambda: bool(fake.calls) and not window.controller.core.running(), timeout=3000)
+    assert fake.calls == [("idle", 20, low)]
 
 
 # -- markers --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from app.agent.protocol import IDLE_UNLOAD_MAX_S, idle_unload_problem
 from app.ui.settings.dialog import DEFAULT_MARK, GpuEntry, SettingsDialog
 from app.ui.settings.values import GpuAlertLevels, UiSettings
 
@@ -60,6 +61,13 @@ def test_edits_come_back_normalised(dialog):
     assert s.alerts.per_gpu["GPU-gone"] == GpuAlertLevels(0.7, 0.6)  # kept, not shown
     assert s.auto_unload.enabled is False
     assert s.idle_unload_default_min == 45
+
+
+def test_the_idle_timer_default_offers_what_the_agent_takes(dialog):
+    spin = dialog.idle_default_spin
+    assert all(idle_unload_problem(m * 60.0) is None for m in (spin.minimum(), spin.maximum()))
+    spin.setValue(spin.maximum())
+    assert dialog.settings().idle_unload_default_min * 60 == IDLE_UNLOAD_MAX_S
 
 
 def test_notifications_off_disables_the_levels(dialog):

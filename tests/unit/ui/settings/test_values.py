@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 
+from app.agent.protocol import IDLE_UNLOAD_MAX_S, IDLE_UNLOAD_MIN_S
 from app.ui.settings.values import (
+    IDLE_TIMER_MAX_MIN,
+    IDLE_TIMER_MIN_MIN,
     AlertSettings,
     AutoUnloadSettings,
     GpuAlertLevels,
@@ -71,3 +74,25 @@ def test_copy_is_independent():
     c.alerts.per_gpu["x"] = GpuAlertLevels()
     c.auto_unload.enabled = False
     assert s.alerts.per_gpu == {} and s.auto_unload.enabled is True
+
+
+def test_the_idle_timer_default_spans_the_agents_bounds_in_whole_minutes():
+    assert (IDLE_TIMER_MIN_MIN - 1) * 60 < IDLE_UNLOAD_MIN_S <= IDLE_TIMER_MIN_MIN * 60
+    assert IDLE_TIMER_MAX_MIN * 60 == IDLE_UNLOAD_MAX_S
+    read = [UiSettings.from_dict({"idle_unload_default_min": v}).idle_unload_default_min
+            for v in (IDLE_TIMER_MAX_MIN, IDLE_TIMER_MAX_MIN + 1, 0, 0.5)]
+    assert read == [IDLE_TIMER_MAX_MIN, IDLE_TIMER_MAX_MIN, IDLE_TIMER_MIN_MIN,
+                    IDLE_TIMER_MIN_MIN]
+
+
+def test_read_names_the_values_whose_reading_raised_and_keeps_the_rest():
+    huge = 10 ** 400  # a valid JSON number no float can hold
+    s, failed = UiSettings.read({"sample_period_s": huge, "theme": "dark",
+                                 "alerts": {"threshold": 0.8, "rearm": huge},
+                                 "auto_unload": {"min_idle_s": huge, "enabled": False}})
+    assert sorted(failed) == ["alerts/rearm", "auto_unload/min_idle_s", "sample_period_s"]
+    # As if the values that raised were not there at all.
+    assert s == UiSettings.from_dict({"theme": "dark", "alerts": {"threshold": 0.8},
+                                      "auto_unload": {"enabled": False}})
+    assert s.theme == "dark" and s.alerts.threshold == 0.8 and not s.auto_unload.enabled
+    assert UiSettings.read(UiSettings().to_dict()) == (UiSettings(), [])
