@@ -8,15 +8,20 @@ subscribers as ``model_state``.
 Unload (``unload {model, to, force, reason}``)
     Refused (``refused``, the model stays resident and usable) for what
     ``eligibility`` names: a blocker (compiled / exported / traced, shared
-    tensors, meta placeholders, unmovable tensors, no hooks) whatever
-    ``force`` says; training evidence unless ``force`` (manual only); pinned
-    for automatic reasons ("idle", "pressure"); a call or method of the model
-    (``generate``, ``encode_text``) that does not end within 5 s; parameters
-    swapped by ``torch.func.functional_call``.
+    tensors, weights shared with other processes, meta placeholders,
+    unmovable tensors, no hooks) whatever ``force`` says; training evidence
+    unless ``force`` (manual only); pinned, or reloaded less than a minute
+    ago, for automatic reasons ("idle", "pressure"); a call or method of the
+    model (``generate``, ``encode_text``) that does not end within 5 s;
+    parameters swapped by ``torch.func.functional_call``; too little room on
+    the disk for "disk" (the figures say how much).  ``busy`` while the
+    model's recent moves took their share of its time (``churn``).
 
     Default target: "cpu" when a tensor is on CUDA, else "disk" (the only way
     to free host RAM for a CPU model).  ``moves`` runs the steps,
-    ``storage`` does the copies.  The
+    ``storage`` does the copies.  Requests for models never interleave (one
+    lock), and the page-locked buffers of a GPU model are made before it is
+    held.  The
     order, against the user's threads: UNLOADING first (new calls wait in
     the hook), running calls leave the model (read from the stacks), the
     modules' weight dicts become ``OffloadedDict`` (from then on a read waits
@@ -60,7 +65,7 @@ import time
 import weakref
 from typing import Any
 
-from . import eligibility, forks, modes, moves, protocol, requests, retirement
+from . import churn, eligibility, forks, modes, moves, protocol, requests, retirement, sharing
 from . import figures as _fig
 from . import log as _log
 from . import model_guard as _guard
@@ -68,7 +73,7 @@ from .errors import ActionError
 from .idle_policy import IdlePolicy
 from .model_events import ModelEvents
 from .retirement import RETIRE_S as RETIRE_S
-from .storage import copies, devices, planning
+from .storage import copies, devices, files, planning
 from .storage.offloaded_dict import restore_dicts, swap_in_dicts
 
 FORWARD_WAIT_S = 5.0
@@ -93,9 +98,11 @@ class Manager:
         self._next_grad_check = 0.0
         self.retired = retirement.Retired()
         self.idle = IdlePolicy(self)
+        self.moved = churn.Moves()  # each model's recent moves
         tracker.on_adopt = self._adopt
         #: an agent thread calls ``tick`` (else retired storages go by a timer)
         self.ticking = False
+        self._swept = False
         _MANAGERS.add(self)
 
     def _adopt(self, g: Any) -> None:
@@ -114,9 +121,9 @@ class Manager:
     # -- events ----------------------------------------------------------
     def _event(self, g: Any, module: Any, action: str, state: str, target: str | None,
                moved: int | None, released: int | None, seconds: float | None, reason: str,
-               ok: bool, error: str | None) -> dict:
+               ok: bool, error: str | None, copy_seconds: float | None = None) -> dict:
         return self.log.record(g, module, action, state, target, moved, released, seconds,
-                               reason, ok, error)
+                               reason, ok, error, copy_seconds)
 
     def recent_events(self) -> list:
         return self.log.recent()
@@ -159,6 +166,8 @@ class Manager:
         automatic = blocker or evidence
         if automatic is None and g.pinned:
             automatic = "pinned"
+        if automatic is None:
+            automatic = churn.recently_reloaded(g)
         if automatic is None and automatic_gpu and not eligibility.on_gpu(module, g):
             automatic = "not on a GPU"
         return blocker, evidence, automatic
@@ -170,6 +179,7 @@ class Manager:
         state = g.state if g is not None else _guard.RESIDENT
         info["state"] = state
         info["pinned"] = bool(g.pinned) if g is not None else False
+        info["reloaded_at"] = g.reloaded_at if g is not None else None
         info["offloaded_to"] = rec.target if rec is not None and state != _guard.RESIDENT else None
         info["home_device"] = rec.home if rec is not None else info.get("device")
         if rec is not None and rec.target == "disk" and state == _guard.OFFLOADED:
@@ -184,7 +194,8 @@ class Manager:
             info["training_evidence"] = evidence
             info["auto_unload_blocker"] = automatic
             # Use through compiled or traced code never reaches the hooks.
-            hidden = blocker in eligibility.REFUSALS and blocker != "no agent hooks"
+            # (no hooks: its calls cannot be seen either; shared memory: they can)
+            hidden = blocker in eligibility.REFUSALS and blocker != sharing.BLOCKER
             info["idle_since"] = None if g is None or hidden else g.idle_since
         except Exception as exc:
             info["auto_unload_blocker"] = "unknown (%r)" % (exc,)
@@ -202,7 +213,7 @@ class Manager:
     def handle_reload(self, params: dict) -> dict:
         module, g, model_id = self._lookup(params)
         before = self.log.last.get(model_id)
-        with g.lock:
+        with self._op_lock, g.lock:  # requests for a model never interleave
             try:
                 did = g.ensure_resident("manual")
             except _guard.ReloadFailed as exc:
@@ -239,43 +250,62 @@ class Manager:
             if g.state is not _guard.RESIDENT:
                 raise ActionError(protocol.REFUSED, "model %s is %s%s" % (
                     g.model_id, g.state, " to %s" % g.target if g.target else ""))
+            self.moved.refuse_if_moved_lately(g)
             figures = _fig.model_figures(module)  # fresh: this decides
             self._refuse_if_blocked(module, g, figures, force, automatic)
-            rec = planning.Offload(reason)
-            with g.lock:
-                if g.state is not _guard.RESIDENT:
-                    raise ActionError(protocol.REFUSED, "model %s is %s" % (g.model_id, g.state))
-                # UNLOADING first: new calls wait (they reload afterwards) while
-                # the ones running finish; refused if they do not within wait_s.
-                g.state = _guard.UNLOADING
-                g.transition = moves.Transition(rec, unloading=True)
-                try:
-                    if not g.wait_idle(wait_s):
-                        running = g.running_text()
-                        raise ActionError(protocol.REFUSED, "it is running%s (waited %.1f s)"
-                                          % (": " + running if running else "", wait_s))
-                except BaseException:
-                    self._stays_resident(g)
-                    raise
-            # Whatever fails from here to the copy leaves it resident as it was.
+            buffers = devices.HostBuffers(torch)
             try:
-                # A call that was running may have compiled, traced or captured
-                # it; fresh figures also name a weight dict no unload can watch.
-                blocker = eligibility.unload_blocker(module, g, self.tracker,
-                                                     _fig.model_figures(module))
-                if blocker is not None:
-                    raise ActionError(protocol.REFUSED, eligibility.refusal(blocker))
-                # From here on a read of the weights waits for the unload, then
-                # brings the model back: planned, copied and swapped, nothing
-                # moves under the user's feet.
-                modules = _fig.subtree(module)
-                swap_in_dicts(modules, g, rec)
-                moves.plan(torch, self.tracker, module, modules, rec, to)
+                buffers = moves.prepare_buffers(torch, module, to, buffers)
+                return self._unload_held(torch, module, g, to, reason, wait_s, buffers)
+            finally:
+                if buffers.made:
+                    left = buffers.left()
+                    buffers.clear()
+                    if left or g.state is _guard.RESIDENT:  # some or all were not used
+                        devices.host_empty_cache(torch)  # page-locked memory back
+
+    def _unload_held(self, torch: Any, module: Any, g: Any, to: str | None, reason: str,
+                     wait_s: float, buffers: Any) -> dict:
+        """The unload once it is admitted (``_op_lock`` held): the model's calls
+        wait from here until it is offloaded or stays resident."""
+        rec = planning.Offload(reason)
+        with g.lock:
+            if g.state is not _guard.RESIDENT:
+                raise ActionError(protocol.REFUSED, "model %s is %s" % (g.model_id, g.state))
+            # UNLOADING first: new calls wait (they reload afterwards) while
+            # the ones running finish; refused if they do not within wait_s.
+            g.state = _guard.UNLOADING
+            g.transition = moves.Transition(rec, unloading=True)
+            held = time.monotonic()
+            try:
+                if not g.wait_idle(wait_s):
+                    running = g.running_text()
+                    raise ActionError(protocol.REFUSED, "it is running%s (waited %.1f s)"
+                                      % (": " + running if running else "", wait_s))
             except BaseException:
-                restore_dicts(rec)
-                self._back_to_resident(g)
+                self._stays_resident(g)
+                self._note_move(g, held)
                 raise
-            return self._offload(torch, module, g, rec)
+        # Whatever fails from here to the copy leaves it resident as it was.
+        try:
+            # A call that was running may have compiled, traced or captured
+            # it; fresh figures also name a weight dict no unload can watch.
+            blocker = eligibility.unload_blocker(module, g, self.tracker,
+                                                 _fig.model_figures(module))
+            if blocker is not None:
+                raise ActionError(protocol.REFUSED, eligibility.refusal(blocker))
+            # From here on a read of the weights waits for the unload, then
+            # brings the model back: planned, copied and swapped, nothing
+            # moves under the user's feet.
+            modules = _fig.subtree(module)
+            swap_in_dicts(modules, g, rec)
+            moves.plan(torch, self.tracker, module, modules, rec, to)
+        except BaseException:
+            restore_dicts(rec)
+            self._back_to_resident(g)
+            self._note_move(g, held)
+            raise
+        return self._offload(torch, module, g, rec, held, buffers)
 
     @staticmethod
     def _stays_resident(g: Any) -> None:
@@ -289,6 +319,9 @@ class Manager:
         with g.lock:
             self._stays_resident(g)
 
+    def _note_move(self, g: Any, since: float) -> None:
+        self.moved.note(g, since)
+
     def _refuse_if_blocked(self, module: Any, g: Any, figures: dict, force: bool,
                            automatic: bool) -> None:
         blocker = eligibility.unload_blocker(module, g, self.tracker, figures)
@@ -300,8 +333,13 @@ class Manager:
                 evidence, "" if automatic else "; use force to unload it anyway"))
         if automatic and g.pinned:
             raise ActionError(protocol.REFUSED, "pinned: exempt from automatic unloading")
+        recent = churn.recently_reloaded(g) if automatic else None
+        if recent is not None:
+            raise ActionError(protocol.REFUSED, "%s: automatic unloads wait %d s after a "
+                              "reload" % (recent, churn.RELOAD_GRACE_S))
 
-    def _offload(self, torch: Any, module: Any, g: Any, rec: planning.Offload) -> dict:
+    def _offload(self, torch: Any, module: Any, g: Any, rec: planning.Offload, held: float,
+                 buffers: Any) -> dict:
         t0 = time.perf_counter()
         to, reason = rec.target, rec.reason
         cuda_idx = moves.cuda_indices(rec)
@@ -311,10 +349,11 @@ class Manager:
             with modes.suspended(torch):
                 reserved_before = {i: devices.reserved(torch, i) for i in cuda_idx}
                 rss_before = devices.rss() if host_moved else None
-                moves.move_out(torch, rec, g, cuda_idx, swaps)
+                moves.move_out(torch, rec, g, cuda_idx, swaps, buffers)
         except BaseException as exc:
             moves.roll_back_out(rec, swaps)
             self._back_to_resident(g)
+            self._note_move(g, held)
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("unloading %s failed, rolled back: %s" % (g.model_id, error))
             self._event(g, module, "unload", _guard.RESIDENT, to, 0, 0,
@@ -342,10 +381,11 @@ class Manager:
         with g.lock:
             # the event is recorded before a waiting call can reload (seq order)
             event = self._event(g, module, "unload", _guard.OFFLOADED, to, rec.bytes_moved,
-                                released, seconds, reason, True, None)
+                                released, seconds, reason, True, None, rec.copy_seconds)
             g.transition = None
             g.state = _guard.OFFLOADED
             g.cond.notify_all()
+        self._note_move(g, held)
         _log.log("unloaded %s to %s: %d bytes in %.3f s (%s)"
                  % (g.model_id, to, rec.bytes_moved, seconds, reason))
         return event
@@ -357,6 +397,7 @@ class Manager:
         rec = g.offload
         module = g.module_ref()
         t0 = time.perf_counter()
+        started = time.monotonic()
         if torch is None or rec is None:
             return "nothing to reload from"
         transition = g.transition = moves.Transition(rec, unloading=False)
@@ -367,6 +408,7 @@ class Manager:
         except BaseException as exc:
             copies.undo(swaps)
             g.transition = None
+            self._note_move(g, started)
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("reloading %s failed: %s" % (g.model_id, error))
             self._event(g, module, "reload", _guard.OFFLOADED, rec.target, 0, 0,
@@ -385,7 +427,9 @@ class Manager:
         moves.drop_copies(rec)
         g.offload = None
         g.target = None
-        g.cell[0] = time.time()  # brought back for a use: the idle clock restarts
+        g.cell[0] = g.reloaded_at = time.time()  # brought back for a use: the idle clock restarts
+        g.reloaded_mono = time.monotonic()
+        self._note_move(g, started)
         if module is not None:
             self.tracker.invalidate(module)
         self._event(g, module, "reload", _guard.RESIDENT, rec.target, rec.bytes_moved, None,
@@ -399,6 +443,9 @@ class Manager:
 
     # -- agent tick -----------------------------------------------------------------
     def tick(self) -> None:
+        if not self._swept:  # once, on the agent thread: what dead processes left on disk
+            self._swept = True
+            files.sweep_leftovers()
         self.retired.drop()
         now = time.time()
         if now >= self._next_grad_check:

@@ -28,7 +28,7 @@ class ModelEvents:
 
     def record(self, g: Any, module: Any, action: str, state: str, target: str | None,
                moved: int | None, released: int | None, seconds: float | None, reason: str,
-               ok: bool, error: str | None) -> dict:
+               ok: bool, error: str | None, copy_seconds: float | None = None) -> dict:
         """One event of model ``g``; returns a copy of it."""
         name = _fig.friendly_name(module) if module is not None else (g.model_id or "?")
         with self.lock:
@@ -37,6 +37,8 @@ class ModelEvents:
                   "action": action, "state": state, "target": target, "bytes_moved": moved,
                   "bytes_released": released, "seconds": seconds, "reason": reason, "ok": ok,
                   "error": error}
+            if copy_seconds is not None:
+                ev["copy_seconds"] = copy_seconds  # an unload's copy phase alone
             self.events.append(ev)
             self.last[g.model_id or "?"] = ev
         emit = self.emit

@@ -48,7 +48,7 @@ class ModelGuard:
 
     __slots__ = ("lock", "cond", "state", "cell", "module_ref", "model_id", "pinned", "offload",
                  "reloader", "target", "first_seen", "grad_seen", "grad_call", "waiters",
-                 "draining", "transition", "__weakref__")
+                 "draining", "transition", "reloaded_at", "reloaded_mono", "__weakref__")
 
     def __init__(self, module: Any, model_id: str | None = None,
                  first_seen: float | None = None) -> None:
@@ -74,6 +74,8 @@ class ModelGuard:
         #: while an unload or a reload changes the weights: what undoes it in a
         #: child forked meanwhile (``undo_in_child()``), else None
         self.transition: Any = None
+        self.reloaded_at: float | None = None  # epoch seconds of the last completed reload
+        self.reloaded_mono: float | None = None  # the same, monotonic (the grace counts on it)
         _ALL_GUARDS.add(self)
 
     @property

@@ -8,14 +8,15 @@ All tensor work runs with the caller's modes suspended (``modes``)."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from . import figures as _fig
 from . import log as _log
 from . import model_guard as _guard
-from . import protocol
+from . import paths, protocol, sharing
 from .errors import ActionError
-from .storage import copies, devices, files, planning
+from .storage import copies, devices, files, planning, room
 from .storage.offloaded_dict import restore_dicts
 
 
@@ -50,19 +51,52 @@ class Transition:
 
 def plan(torch: Any, tracker: Any, module: Any, modules: list, rec: planning.Offload,
          to: str | None) -> None:
-    """Decide what moves where (``to`` None: "cpu" for CUDA weights, else "disk")."""
+    """Decide what moves where (``to`` None: "cpu" for CUDA weights, else "disk").
+    Refused up front: weights shared with other processes, too little room on
+    the disk."""
     planning.check_not_reparametrized(torch, modules)
     tensors = _fig.tensors(module, grads=True)
     check_shared(tracker, module, tensors)
+    if sharing.shared_storage(tensors):
+        raise ActionError(protocol.REFUSED, sharing.REFUSAL)
     groups = planning.plan(torch, tensors)
     del tensors
-    if to is None:
-        to = "cpu" if any(devices.is_cuda(gr.device) for gr in groups) else "disk"
+    to = target_for(groups, to)
     moving = [gr for gr in groups if to == "disk" or devices.is_cuda(gr.device)]
     if not moving:
         raise ActionError(protocol.REFUSED, "nothing to move: the weights are already "
                           "on the CPU (use to=disk to free host RAM)")
+    if to == "disk":
+        room.check(disk_folder(), [gr.span for gr in moving])
     rec.planned(to, groups, moving)
+
+
+def target_for(groups: list, to: str | None) -> str:
+    return to or ("cpu" if any(devices.is_cuda(gr.device) for gr in groups) else "disk")
+
+
+def disk_folder() -> str:
+    """The offload folder; an unsafe one refuses the unload."""
+    try:
+        return files.offload_dir()
+    except paths.UnsafeDir as exc:
+        raise ActionError(protocol.REFUSED, "the offload folder is unsafe: %s" % exc) from None
+    except OSError as exc:
+        raise ActionError(protocol.REFUSED, "no offload folder: %s" % exc) from None
+
+
+def prepare_buffers(torch: Any, module: Any, to: str | None,
+                    buffers: devices.HostBuffers) -> devices.HostBuffers:
+    """Page-locked host buffers for a GPU model's unload to "cpu", made in
+    ``buffers`` while its calls still run.  The plan is made again once the
+    model is held; a buffer it does not take is dropped."""
+    try:
+        groups = planning.plan(torch, _fig.tensors(module, grads=True))
+    except ActionError:
+        return buffers  # refused later, with the model held, as always
+    if target_for(groups, to) == "cpu":
+        buffers.prepare([gr.span for gr in groups if devices.is_cuda(gr.device)], pin=True)
+    return buffers
 
 
 def check_shared(tracker: Any, module: Any, tensors: list) -> None:
@@ -84,14 +118,18 @@ def cuda_indices(rec: planning.Offload) -> list[int]:
 
 
 def move_out(torch: Any, rec: planning.Offload, g: Any, cuda_idx: list[int],
-             swaps: list) -> None:
+             swaps: list, buffers: devices.HostBuffers | None = None) -> None:
     """Copy every moving storage out, then swap each tensor onto its copy.
-    Raises ``Changed`` when a tensor was replaced while it was copied."""
+    Raises ``Changed`` when a tensor was replaced while it was copied, OSError
+    when the disk cannot take the bytes."""
     devices.synchronize(torch, cuda_idx)  # pending kernels may still use them
-    if rec.target == "disk":
-        files.attach_files(rec, g.model_id or "m", g)
-    copies.copy_out(torch, rec)
+    folder = files.attach_files(rec, g.model_id or "m", g) if rec.target == "disk" else ""
+    t0 = time.perf_counter()
+    copies.copy_out(torch, rec, buffers)
     devices.synchronize(torch, cuda_idx)
+    if rec.target == "disk":
+        files.sync_files(rec, folder)
+    rec.copy_seconds = time.perf_counter() - t0
     if rec.target == "disk":
         files.map_files(torch, rec)
     if not planning.unchanged(rec.groups):
@@ -101,14 +139,14 @@ def move_out(torch: Any, rec: planning.Offload, g: Any, cuda_idx: list[int],
 
 
 def roll_back_out(rec: planning.Offload, swaps: list) -> None:
-    """Undo a failed ``move_out``: the weights and dicts as they were, no copies."""
+    """Undo a failed ``move_out``: the weights and dicts as they were, no copies,
+    no files."""
     copies.undo(swaps)
     restore_dicts(rec)
     for gr in rec.moving:
         gr.copy = None
         gr.mapped = None
-    if rec.finalizer is not None:
-        rec.finalizer()
+    files.drop_files(rec)
 
 
 def host_bytes(rec: planning.Offload) -> int:
@@ -163,7 +201,7 @@ def drop_copies(rec: planning.Offload) -> None:
     for gr in rec.moving:
         gr.copy = None
         gr.mapped = None
-    if rec.paths and sys.platform != "win32":
-        rec.finalizer()  # unlink now: a memory-mapped CPU model keeps the inode alive
-        # elsewhere the finalizer removes the files when the model goes or at exit
+    if sys.platform != "win32":
+        files.drop_files(rec)  # nothing is left of them on POSIX: closed and unlinked
+    # Windows: a mapped file keeps its name until the model goes or the process exits
 

@@ -19,7 +19,7 @@ class Conn:
 
     __slots__ = ("sock", "decoder", "out", "last_rx", "partial_since", "authed",
                  "challenge", "events", "closed", "mask", "name", "accepted",
-                 "last_request", "subscribed_at", "on_worker")
+                 "last_request", "subscribed_at", "on_worker", "peer")
 
     def __init__(self, sock: socket.socket, name: str) -> None:
         self.sock = sock
@@ -37,6 +37,7 @@ class Conn:
         self.last_request: float | None = None  # last whole frame received
         self.subscribed_at = 0.0
         self.on_worker = False
+        self.peer: object = name  # who is paced: the peer's pid where known
 
 
 def close_quietly(closable: Any) -> None:

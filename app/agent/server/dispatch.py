@@ -16,6 +16,7 @@ from typing import Any
 from .. import log as _log
 from .. import protocol
 from ..errors import ActionError, BadParams
+from . import pacing
 from .connection import Conn
 
 THREAD_NAME = "vram-steward-agent"
@@ -30,6 +31,8 @@ class Dispatch:
     token: str | None
     _completed: Any
     _busy: set[str]  # lanes with a request running
+    _later: pacing.Later
+    _pacer: pacing.Pacer
 
     # the server's, declared here (no value: nothing shadows the server's methods)
     _send: Callable[[Conn, dict[str, Any]], None]
@@ -37,7 +40,7 @@ class Dispatch:
     _wake: Callable[[], None]
     _make_room_for_subscriber: Callable[[Conn], None]
 
-    def _handle(self, conn: Conn, message: dict[str, Any]) -> None:
+    def _handle(self, conn: Conn, message: dict[str, Any], paced: bool = False) -> None:
         conn.last_request = time.monotonic()
         raw_id = message.get("id")
         echo_id = raw_id if (isinstance(raw_id, int) and not isinstance(raw_id, bool)
@@ -71,6 +74,8 @@ class Dispatch:
         if method not in protocol.METHODS:
             self._send(conn, protocol.error(request_id, protocol.UNKNOWN_METHOD,
                                             "unknown method %r" % method[:64]))
+            return
+        if not paced and method not in pacing.UNPACED and self._wait_turn(conn, message):
             return
         value: dict[str, Any]
         try:
@@ -106,6 +111,19 @@ class Dispatch:
             return
         self._send(conn, protocol.result(request_id, value))
 
+    def _wait_turn(self, conn: Conn, message: dict[str, Any]) -> bool:
+        """True when the request waits for its turn (``pacing``): it runs later."""
+        now = time.monotonic()
+        start = self._pacer.slot(conn.peer, now)
+        if start <= now:
+            return False
+        if self._later.waiting(conn) >= pacing.MAX_WAITING:
+            self._close(conn, "more than %d requests waiting for their turn"
+                        % pacing.MAX_WAITING)
+            return True
+        self._later.add(start, "handle", conn, message)
+        return True
+
     def _subscribe(self, conn: Conn, params: dict[str, Any]) -> dict[str, Any]:
         events = params.get("events")
         if events is None:
@@ -123,8 +141,9 @@ class Dispatch:
     def _run_on_worker(self, conn: Conn, request_id: Any, fn: Callable, params: dict,
                        lane: str = "action") -> None:
         if lane in self._busy:
-            self._send(conn, protocol.error(request_id, protocol.BUSY,
-                                            "another %s is running" % lane))
+            self._later.add(time.monotonic() + pacing.REFUSAL_DELAY_S, "send", conn,
+                            protocol.error(request_id, protocol.BUSY,
+                                           "another %s is running" % lane))
             return
         self._busy.add(lane)
         conn.on_worker = True

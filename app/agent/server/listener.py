@@ -19,7 +19,8 @@ from .connection import Conn, close_quietly
 from .dispatch import THREAD_NAME, Dispatch, token_hex
 from .fairness import Fairness
 from .options import Options
-from .peers import PEERCRED_SUPPORTED, own_uid, peer_allowed, peer_uid
+from .pacing import REFUSAL_DELAY_S, Later, Pacer, held_back
+from .peers import PEERCRED_SUPPORTED, own_uid, peer_allowed, peer_credentials
 
 
 class Server(Dispatch, Fairness):
@@ -55,6 +56,8 @@ class Server(Dispatch, Fairness):
         self._conn_seq = 0
         self._accepting = False
         self._evictions = 0
+        self._later = Later()
+        self._pacer = Pacer(self.options.pace_burst, self.options.pace_interval)
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -167,7 +170,9 @@ class Server(Dispatch, Fairness):
         assert sel is not None
         next_tick = time.monotonic()
         while not self._stopping:
-            timeout = max(0.0, next_tick - time.monotonic())
+            due = self._later.next_due()
+            timeout = max(0.0, min(next_tick, due if due is not None else next_tick)
+                          - time.monotonic())
             try:
                 ready = sel.select(timeout)
             except InterruptedError:
@@ -195,6 +200,7 @@ class Server(Dispatch, Fairness):
             if self._stopping:
                 break
             self._deliver()
+            self._run_later()
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + self.options.tick_interval
@@ -251,8 +257,9 @@ class Server(Dispatch, Fairness):
     def _admit(self, sock: socket.socket) -> None:
         """Check the peer, make room if the table is full, say hello."""
         assert self._sel is not None
+        pid = None
         if self.transport == "unix" and PEERCRED_SUPPORTED:
-            uid = peer_uid(sock)
+            pid, uid = peer_credentials(sock)
             if not peer_allowed(uid, self._uid):
                 _log.log("refused a connection from uid %r (ours is %d)" % (uid, self._uid))
                 sock.close()
@@ -264,6 +271,8 @@ class Server(Dispatch, Fairness):
         sock.setblocking(False)
         self._conn_seq += 1
         conn = Conn(sock, "c%d" % self._conn_seq)
+        if pid:
+            conn.peer = pid  # one client process's connections are paced together
         hello = dict(self.hello)
         if self.transport == "tcp":
             conn.authed = False
@@ -306,6 +315,10 @@ class Server(Dispatch, Fairness):
     def _deliver(self) -> None:
         while self._completed:
             conn, outcome = self._completed.popleft()
+            if held_back(outcome) and not conn.closed:
+                # still unevictable until its (late) reply is sent
+                self._later.add(time.monotonic() + REFUSAL_DELAY_S, "reply", conn, outcome)
+                continue
             conn.on_worker = False
             if not conn.closed:
                 self._send(conn, outcome)
@@ -314,6 +327,21 @@ class Server(Dispatch, Fairness):
             for conn in list(self._conns.values()):
                 if conn.events and name in conn.events and not conn.closed:
                     self._send(conn, protocol.event(name, data))
+
+    def _run_later(self) -> None:
+        """Requests whose turn came, refusals whose delay is over (``pacing``)."""
+        for action, conn, payload in self._later.pop_due(time.monotonic()):
+            if action == "reply":  # a worker's answer, held back
+                conn.on_worker = False
+                self._send(conn, payload)
+            elif action == "send":  # a refusal no worker ran: on_worker is not ours
+                self._send(conn, payload)
+            elif not conn.closed:
+                try:
+                    self._handle(conn, payload, paced=True)
+                except Exception:
+                    _log.log_exc("a paced request failed")
+                    self._close(conn, "internal error")
 
     def _send(self, conn: Conn, message: dict[str, Any]) -> None:
         if conn.closed:

@@ -19,7 +19,8 @@ class Options:
     def __init__(self, partial_timeout: float = 10.0, idle_timeout: float = 300.0,
                  max_connections: int = 16, max_output: int = 4 * 1024 * 1024,
                  tick_interval: float = 1.0, max_subscribers: int = 8,
-                 grace_period: float = 1.0, backlog: int = 256) -> None:
+                 grace_period: float = 1.0, backlog: int = 256, pace_burst: int = 20,
+                 pace_interval: float = 0.05) -> None:
         self.partial_timeout = float(partial_timeout)
         self.idle_timeout = float(idle_timeout)
         self.max_connections = int(max_connections)
@@ -28,3 +29,5 @@ class Options:
         self.max_subscribers = int(max_subscribers)
         self.grace_period = float(grace_period)
         self.backlog = max(1, int(backlog))
+        self.pace_burst = max(1, int(pace_burst))
+        self.pace_interval = max(0.0, float(pace_interval))

@@ -12,7 +12,8 @@ from typing import Any
 
 from .. import log as _log
 from . import devices as _dev
-from .devices import device_index, host_buffer, storage_ptr
+from . import files
+from .devices import HostBuffers, device_index, host_buffer, storage_ptr
 from .planning import ALIGN, Group, Offload, View
 
 
@@ -41,17 +42,19 @@ def uint8(torch: Any, storage: Any) -> Any:
     return torch.empty(0, dtype=torch.uint8, device="cpu").set_(storage)
 
 
-def copy_out(torch: Any, rec: Offload) -> None:
-    """Copy phase: every moving storage into its host buffer or its file."""
+def copy_out(torch: Any, rec: Offload, buffers: HostBuffers | None = None) -> None:
+    """Copy phase: every moving storage into its host buffer (one ``buffers``
+    prepared, else a new one) or written to its file."""
     for k, gr in enumerate(rec.moving):
         src = bytes_view(torch, gr.views[0].tensor, gr.start, gr.span)
         if rec.target == "cpu":
-            gr.copy = host_buffer(torch, gr.span, pin=_dev.is_cuda(gr.device))
+            pin = _dev.is_cuda(gr.device)
+            gr.copy = buffers.take(gr.span, pin) if buffers is not None else None
+            if gr.copy is None:
+                gr.copy = host_buffer(torch, gr.span, pin=pin)
             _dev.copy_bytes(gr.copy, src, True)
         elif gr.span:
-            shared = torch.UntypedStorage.from_file(rec.paths[k], shared=True, nbytes=gr.span)
-            _dev.copy_bytes(uint8(torch, shared), src, False)
-            del shared  # the page cache holds the bytes now
+            _dev.copy_bytes(files.FileSink(torch, rec.files[k].fd), src, False)
         rec.bytes_moved += gr.span
         del src
 
@@ -96,8 +99,8 @@ def home_buffer(torch: Any, gr: Group) -> tuple[Any, int]:
     """A byte tensor on the group's device and the offset of the group in it."""
     if not gr.span:
         return torch.empty(0, dtype=torch.uint8, device=gr.device), 0
-    if gr.shared or gr.pinned:
-        return _special_buffer(torch, gr)
+    if gr.pinned:
+        return _pinned_buffer(torch, gr)
     if gr.whole:
         buf = aligned_empty(torch, gr.nbytes, gr.device, gr.residue)
         _zero_outside(buf, gr)
@@ -113,22 +116,17 @@ def _zero_outside(buf: Any, gr: Group) -> None:
         buf[gr.start + gr.span:].zero_()
 
 
-def _special_buffer(torch: Any, gr: Group) -> tuple[Any, int]:
-    """Shared or page-locked memory again.  Both come page-aligned from their
-    allocators: a whole storage keeps its size (and its residue, when it had
+def _pinned_buffer(torch: Any, gr: Group) -> tuple[Any, int]:
+    """Page-locked host memory again.  It comes page-aligned from its
+    allocator: a whole storage keeps its size (and its residue, when it had
     the usual 0); a compact one gets ALIGN bytes more and its group starts at
-    the old residue."""
+    the old residue.  (Storages shared with other processes are never moved:
+    ``sharing``.)"""
     size = gr.nbytes if gr.whole else gr.span + ALIGN
-    buf = host_buffer(torch, size, pin=True) if gr.pinned else torch.empty(
-        size, dtype=torch.uint8, device="cpu")
-    if gr.shared:
-        try:
-            buf.untyped_storage().share_memory_()  # before anything is written: no copy
-        except Exception as exc:
-            _log.log("a reloaded storage could not go back to shared memory: %r" % (exc,))
+    buf = host_buffer(torch, size, pin=True)
     if gr.whole:
         if storage_ptr(buf) % ALIGN != gr.residue:
-            _log.log("a reloaded shared or pinned storage is at residue %d, was %d"
+            _log.log("a reloaded pinned storage is at residue %d, was %d"
                      % (storage_ptr(buf) % ALIGN, gr.residue))
         _zero_outside(buf, gr)
         return buf, gr.start

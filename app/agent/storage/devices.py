@@ -30,6 +30,37 @@ def host_buffer(torch: Any, nbytes: int, pin: bool) -> Any:
     return torch.empty(nbytes, dtype=torch.uint8, device="cpu")
 
 
+class HostBuffers:
+    """Host buffers made before a move, taken by size: a page-locked buffer
+    takes as long to make as the copy into it, so a GPU model's buffers are
+    made while its calls still run, and the move itself is only the copy."""
+
+    def __init__(self, torch: Any = None) -> None:
+        self.torch = torch
+        self.free: dict = {}  # (nbytes, pinned) -> [uint8 tensor]
+        self.made = 0  # buffers made (taken or not)
+
+    def prepare(self, spans: list, pin: bool) -> None:
+        """A buffer per span; one that cannot be made is left for the move to make."""
+        for nbytes in spans:
+            if nbytes > 0:
+                buf = host_buffer(self.torch, nbytes, pin)
+                self.made += 1
+                self.free.setdefault((nbytes, pin), []).append(buf)
+
+    def take(self, nbytes: int, pin: bool) -> Any:
+        """A prepared buffer of exactly ``nbytes``, or None."""
+        kept = self.free.get((nbytes, pin))
+        return kept.pop() if kept else None
+
+    def left(self) -> bool:
+        """Were some prepared buffers not taken (the model changed meanwhile)?"""
+        return any(self.free.values())
+
+    def clear(self) -> None:
+        self.free.clear()
+
+
 def storage_ptr(tensor: Any) -> int:
     try:
         return int(tensor.untyped_storage().data_ptr())

@@ -51,8 +51,8 @@ class Group:
     much larger than what the model covers comes back as the covered bytes
     only, still at the same alignment."""
 
-    __slots__ = ("device", "start", "span", "nbytes", "residue", "shared", "pinned", "views",
-                 "copy", "mapped", "items")
+    __slots__ = ("device", "start", "span", "nbytes", "residue", "pinned", "views", "copy",
+                 "mapped", "items")
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -60,7 +60,6 @@ class Group:
         self.span = 0  # covered bytes
         self.nbytes = 0  # the storage's size
         self.residue = 0  # the storage's address modulo ALIGN
-        self.shared = False  # in shared memory (``share_memory()``, for torch.multiprocessing)
         self.pinned = False  # page-locked host memory
         self.views: list = []
         self.copy: Any = None  # host buffer (cpu target)
@@ -77,7 +76,7 @@ class Offload:
     """Everything needed to bring one offloaded model back."""
 
     __slots__ = ("target", "groups", "moving", "home", "bytes_moved", "finalizer", "reason",
-                 "paths", "dicts")
+                 "files", "dicts", "copy_seconds")
 
     def __init__(self, reason: str) -> None:
         self.target = "cpu"
@@ -87,7 +86,8 @@ class Offload:
         self.bytes_moved = 0
         self.finalizer: Any = None
         self.reason = reason
-        self.paths: list = []  # disk: one file per storage
+        self.files: list = []  # disk: one ``files.DiskFile`` per moving storage
+        self.copy_seconds: float | None = None  # the copy phase alone (GPU -> host: the rate)
         self.dicts: list = []  # (weakref to module, attr, weakref to its OffloadedDict)
 
     def planned(self, target: str, groups: list, moving: list) -> None:
@@ -135,7 +135,6 @@ def plan(torch: Any, tensors: list) -> list:
         st = first.untyped_storage()
         g.nbytes = int(st.nbytes()) if g.span else 0
         g.residue = storage_ptr(first) % ALIGN if g.span else 0
-        g.shared = bool(g.span) and not _dev.is_cuda(g.device) and _flag(st.is_shared)
         g.pinned = bool(g.span) and not _dev.is_cuda(g.device) and _flag(st.is_pinned)
         g.views = [View(t, off - start) for t, off, _ in g.items]
         g.items = []

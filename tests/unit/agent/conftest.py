@@ -31,6 +31,16 @@ def _isolated_state():
         os.environ["XDG_STATE_HOME"] = old
 
 
+def offload_mappings(folder: str) -> list[str]:
+    """This process's mappings of offload files in ``folder``: a disk unload's
+    files have no name there, only the mapping holds them."""
+    real = os.path.realpath(folder)
+    with open("/proc/self/maps") as f:
+        return [line.split(None, 5)[5].strip() for line in f
+                if len(line.split(None, 5)) == 6
+                and line.split(None, 5)[5].startswith(real + "/")]
+
+
 def short_tmpdir() -> str:
     """A 0700 dir with a short path (AF_UNIX path limit)."""
     return tempfile.mkdtemp(prefix="vst", dir="/tmp")

@@ -19,10 +19,11 @@ import pytest
 import torch
 from torch import nn
 
-from app.agent import guard, models, storage
+from app.agent import guard, models, sharing, storage
 from app.agent import manager as mgr_mod
 from app.agent.errors import ActionError
 
+from .conftest import offload_mappings
 from .test_manager import Net, attach, frozen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -136,8 +137,9 @@ CHILD_HELD_REFERENCE = textwrap.dedent("""
     import os, sys, threading, torch
     from torch import nn
     sys.path.insert(0, os.environ["ROOT"])
-    from app.agent import manager, models
+    from app.agent import churn, manager, models
     from tests.unit.agent.test_manager import attach
+    churn.SHARE = 1.0  # the moves themselves, not their budget
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2048, 2048), nn.Linear(2048, 8)).eval().requires_grad_(False)
     tracker = models.ModelTracker()
@@ -328,11 +330,11 @@ def test_a_deleted_offloaded_model_frees_its_files_without_a_gc_pass(env):
     model = mlp()
     [mid] = attach(tracker, model)
     mgr.handle_unload({"model": mid, "to": "disk"})
-    assert os.listdir(cache)
+    assert offload_mappings(cache) and os.listdir(cache) == []
     gc.disable()  # reference counting alone must free it: no cycle through the agent
     try:
         del model
-        assert os.listdir(cache) == []
+        assert offload_mappings(cache) == []
     finally:
         gc.enable()
 
@@ -400,18 +402,70 @@ def test_a_shape_change_through_data_during_the_copy_refuses(env, monkeypatch):
     assert model[0].weight.shape == (8, 16)
 
 
-def test_shared_memory_weights_come_back_in_shared_memory(env):
-    """``model.share_memory()`` before handing it to torch.multiprocessing
-    workers: a reload must not quietly make it private."""
-    tracker, mgr, _, _ = env
+def test_a_model_in_shared_memory_is_refused_and_its_worker_still_shares_it(env):
+    """After ``model.share_memory()`` (Hogwild, torch.multiprocessing workers)
+    the parent and its workers train one storage: an unload and reload would
+    leave the parent on a new one, cut off from them.  Refused, nothing moves."""
+    tracker, mgr, cache, _ = env
     model = mlp().share_memory()
+    [mid] = attach(tracker, model)
+    g = tracker.guard(model)
+    ptrs = [p.data_ptr() for p in model.parameters()]
+    for to in ("disk", None):
+        with pytest.raises(ActionError, match="shared with other processes") as refused:
+            mgr.handle_unload({"model": mid, "to": to})
+        assert refused.value.code == "refused"
+    assert g.state == "resident" and [p.data_ptr() for p in model.parameters()] == ptrs
+    assert offload_mappings(cache) == []
+    deadline = time.monotonic() + sharing.MAPS_TTL_S + 1.0  # the report says so too
+    while mgr.blocker(model, g) != sharing.BLOCKER and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mgr.blocker(model, g) == sharing.BLOCKER
+    before = model[0].weight.detach().clone()
+    pid = os.fork()
+    if pid == 0:  # the worker: an in-place step on the shared weights
+        try:
+            with torch.no_grad():
+                model[0].weight.add_(1.0)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert torch.equal(model[0].weight, before + 1.0)  # the worker's update reached us
+
+
+def test_a_weight_sent_through_torch_multiprocessing_is_refused(env):
+    """torch.multiprocessing keeps a weak reference to every storage it sends
+    or receives (CUDA IPC handles too): such a model is refused."""
+    from torch.multiprocessing import reductions
+
+    tracker, mgr, _, _ = env
+    model = mlp()
+    [mid] = attach(tracker, model)
+    key = ("test-handle", id(model))
+    reductions.shared_cache[key] = reductions.StorageWeakRef(model[2].bias.untyped_storage())
+    try:
+        with pytest.raises(ActionError, match="shared with other processes"):
+            mgr.handle_unload({"model": mid, "to": "disk"})
+    finally:
+        dict.pop(reductions.shared_cache, key, None)
+    assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
+
+
+def test_weights_in_a_private_file_mapping_are_not_shared(env, tmp_path):
+    """A model loaded from a memory-mapped safetensors file views a private
+    mapping: only this process sees it, so it moves like any other."""
+    tracker, mgr, _, _ = env
+    model = mlp()
+    path = tmp_path / "weights.bin"
+    n = model[0].weight.numel()
+    path.write_bytes(model[0].weight.detach().numpy().tobytes())
+    mapped = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=4 * n)
+    model[0].weight.data = torch.empty(0).set_(mapped, 0, model[0].weight.shape)
     [mid] = attach(tracker, model)
     x = torch.randn(2, 8)
     with torch.no_grad():
         ref = model(x)
-    mgr.handle_unload({"model": mid, "to": "disk"})
-    mgr.handle_reload({"model": mid})
-    assert all(p.is_shared() for p in model.parameters())
+    assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
     with torch.no_grad():
         assert torch.equal(model(x), ref)
 
@@ -551,21 +605,6 @@ def test_an_interrupt_after_the_weights_are_home_leaves_the_model_resident(env, 
     assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"]
 
 
-def test_a_shared_memory_view_at_an_odd_offset_keeps_its_residue(env):
-    tracker, mgr, _, _ = env
-    big = torch.zeros(1 << 20, dtype=torch.uint8).share_memory_()
-    model = mlp()
-    model.register_buffer("codes", big[37:137])
-    model.codes.copy_(torch.arange(100, dtype=torch.uint8))
-    residue = model.codes.data_ptr() % storage.ALIGN
-    [mid] = attach(tracker, model)
-    mgr.handle_unload({"model": mid, "to": "disk"})
-    mgr.handle_reload({"model": mid})
-    assert model.codes.is_shared()
-    assert model.codes.data_ptr() % storage.ALIGN == residue
-    assert torch.equal(model.codes, torch.arange(100, dtype=torch.uint8))
-
-
 def test_looking_for_the_model_on_other_threads_pins_none_of_their_locals(env):
     """Reading a frame's locals on 3.11/3.12 keeps them until it returns;
     the drain reads only torch's call frames."""
@@ -638,3 +677,70 @@ def test_a_name_deleted_while_offloaded_is_gone_from_both_dicts(env):
     assert "extra" in model[0]._buffers
     del model[0].extra
     assert "extra" not in own and "extra" not in model[0]._buffers
+
+
+def _net_with_output(tracker) -> tuple:
+    """A tracked eval ``Net``, its id, an input and its output."""
+    model = frozen(Net())
+    [mid] = attach(tracker, model)
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        return model, mid, x, model(x)
+
+
+def test_a_disk_write_failing_halfway_rolls_back_and_leaves_nothing(env, monkeypatch):
+    """The disk filled after the room was checked (or a quota, or an I/O
+    error): the third write fails.  The model stays resident and exact; no
+    file, mapping or descriptor of the unload is left."""
+    tracker, mgr, cache, _ = env
+    model, mid, x, ref = _net_with_output(tracker)
+    ptrs = [p.data_ptr() for p in model.parameters()]
+    real, calls = os.pwrite, []
+
+    def full_on_third(fd, data, offset):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(fd, data, offset)
+
+    fds_before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "pwrite", full_on_third)
+    with pytest.raises(ActionError, match="rolled back.*No space left on device") as failed:
+        mgr.handle_unload({"model": mid, "to": "disk"})
+    assert failed.value.code == "failed" and len(calls) == 3
+    monkeypatch.setattr(os, "pwrite", real)
+    g = tracker.guard(model)
+    assert g.state == "resident" and [p.data_ptr() for p in model.parameters()] == ptrs
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+    assert os.listdir(cache) == [] and offload_mappings(cache) == []
+    assert set(os.listdir("/proc/self/fd")) <= fds_before | {str(fd) for fd in range(3)}
+
+
+def test_on_a_network_filesystem_a_write_it_refuses_later_rolls_the_unload_back(env,
+                                                                              monkeypatch):
+    """NFS takes every write into the page cache and says "over quota" only on
+    writeback: the files are synced before the weights are swapped, so that
+    answer rolls the unload back instead of a reload finding what was never
+    stored.  On a filesystem that reserved the blocks nothing is synced."""
+    tracker, mgr, cache, _ = env
+    model, mid, x, ref = _net_with_output(tracker)
+    synced: list = []
+
+    def over_quota(fd):
+        synced.append(fd)
+        raise OSError(122, "Disk quota exceeded")
+
+    monkeypatch.setattr(os, "fdatasync", over_quota)
+    monkeypatch.setattr(storage.files, "filesystem_type", lambda path: "nfs4")
+    with pytest.raises(ActionError, match="rolled back.*Disk quota exceeded"):
+        mgr.handle_unload({"model": mid, "to": "disk"})
+    assert synced and tracker.guard(model).state == "resident"
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+    assert offload_mappings(cache) == []
+    synced.clear()
+    monkeypatch.setattr(storage.files, "filesystem_type", lambda path: "ext4")
+    assert mgr.handle_unload({"model": mid, "to": "disk"})["ok"] and synced == []
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
