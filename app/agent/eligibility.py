@@ -19,9 +19,12 @@ the model from ever being unloaded automatically.
 Some models are never unloaded, force or not (``unload_blocker``): weights
 also reached by compiled, exported or traced code (torch.compile, torch.export,
 torch.fx, TorchScript), tensors shared with another model, meta placeholders
-(weights held elsewhere), tensors the manager cannot move, no hooks, a model
-called while a CUDA graph was being captured (the graph's replays call no
-hook and read the weights at their addresses).
+(weights held elsewhere), tensors the manager cannot move, the packs of
+quantized layers (torch.ao dynamic or static quantization: torch's own
+objects, which no copy brings back as they were), no hooks (the one reason
+why: ``placement.Placement.hookless``), a model called while a CUDA graph was
+being captured (the graph's replays call no hook and read the weights at
+their addresses).
 
 Automatically (the idle timer, the app's memory-pressure policy) a model
 must also not be pinned, and for the idle timer its weights must be on a GPU.
@@ -36,6 +39,7 @@ import weakref
 from typing import Any
 
 from . import figures as _fig
+from . import placement, sharing
 from .guard import slot_of
 from .step_memory import StepMemory
 from .storage import devices
@@ -55,11 +59,25 @@ REFUSALS = {
                   "addresses",
     "torch.func": "held by a torch.func transform",
     "torch internals": "held by torch's own machinery",
-    "no agent hooks": "the agent has no hook on it: hooks are off (VRAM_STEWARD_LAST_USED=0 "
-                      "or start(last_used=False)), it was built before the agent started "
-                      "and already had forward pre-hooks of its own, or it was built inside "
-                      "another model that is gone",
+    sharing.BLOCKER: sharing.REFUSAL,
+    "no agent hooks (%s)" % placement.HOOKS_OFF:
+        "the agent's hooks are off (VRAM_STEWARD_LAST_USED=0 or start(last_used=False)): "
+        "it would not see the model's next call to bring it back",
+    "no agent hooks (%s)" % placement.OWN_PRE_HOOKS:
+        "the agent has no hooks on it: it already had forward pre-hooks of its own when "
+        "the agent met it, and the agent places its hook only on a module without any",
+    "no agent hooks (%s)" % placement.MODEL_GONE:
+        "the agent has no hooks on it: it was built as a part of another model, which "
+        "held the hooks, and that model is gone; the agent places hooks only while a "
+        "model is built (a model called once before it is wrapped keeps its own)",
+    "no agent hooks (%s)" % placement.NOT_SEEN_BUILT:
+        "the agent has no hooks on it: it did not see it built (a copy of a part of a "
+        "model, or weights set without torch's registration), and it places hooks only "
+        "while a model is built",
 }
+#: What a blocker naming the packs of quantized layers goes on to say.
+PACKED_REFUSAL = ("torch keeps them packed in objects of its own, which the agent cannot "
+                  "move and bring back as they were")
 
 
 def ago(seconds: float) -> str:
@@ -161,7 +179,10 @@ def training_evidence(module: Any, guard: Any, figures: dict, steps: OptimizerSt
 def unload_blocker(module: Any, guard: Any, tracker: Any, figures: dict) -> str | None:
     """Why no unload (forced or not) may touch this model, or None."""
     if guard is None or not tracker.last_used_enabled or slot_of(module) is None:
-        return "no agent hooks"
+        kind = placement.internal_kind(module)
+        if kind in REFUSALS:
+            return kind  # torch's machinery holding weights of its own
+        return "no agent hooks (%s)" % tracker.placement.hookless(module)
     mark = tracker.marks(module, figures)
     if mark is not None:
         return mark
@@ -173,7 +194,7 @@ def unload_blocker(module: Any, guard: Any, tracker: Any, figures: dict) -> str 
     shared = tracker.shared_with(module)
     if shared is not None:
         return "shares tensors with %s" % shared
-    return None
+    return sharing.blocker(module, figures)
 
 
 def refusal(blocker: str) -> str:
@@ -182,6 +203,8 @@ def refusal(blocker: str) -> str:
         return REFUSALS[blocker]
     if blocker == "meta placeholders":
         return "holds meta tensors (placeholders for weights held elsewhere)"
+    if blocker.startswith(_fig.PACKED):
+        return "holds %s: %s" % (blocker, PACKED_REFUSAL)
     return "holds " + blocker if not blocker.startswith("shares") else blocker
 
 

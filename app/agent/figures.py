@@ -4,6 +4,9 @@ Read-only and cheap enough for 1 Hz: tensor metadata only (device, dtype,
 numel, element size), never the data.  Dict values are read with
 ``dict.values(d)``: while a model is offloaded its parameter dicts reload it
 on access (``storage.OffloadedDict``) and the agent must never trigger that.
+
+A model's weights are its parameters and the packs of its quantized layers
+(``packed``): a model holding only packs (a static-quantized one) is a model.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import types
 import weakref
 from collections import OrderedDict
 from typing import Any
+
+from . import packed as _packed
 
 DYNAMO_STAMP = "_dynamo_static_input_type"  # set by dynamo on every parameter it traced
 
@@ -66,8 +71,46 @@ def own_params(module: Any) -> bool:
     return any(p is not None for p in values(module, "_parameters"))
 
 
-def has_params(root: Any) -> bool:
-    return any(own_params(m) for m in subtree(root))
+def own_weights(module: Any) -> bool:
+    """Parameters, or packs of a quantized layer, held by ``module`` itself."""
+    return own_params(module) or bool(_packed.own_packs(module))
+
+
+def has_weights(root: Any) -> bool:
+    return any(own_weights(m) for m in subtree(root))
+
+
+def _with_parents(root: Any) -> list:
+    """(module, its parent) for ``root``'s subtree, each module once."""
+    out, seen, stack = [], {id(root)}, [(root, None)]
+    while stack:
+        m, parent = stack.pop()
+        out.append((m, parent))
+        for c in children(m):
+            if c is not None and id(c) not in seen:
+                seen.add(id(c))
+                stack.append((c, m))
+    return out
+
+
+def _packs(module: Any, parent: Any) -> list:
+    """(pack, its size, "dynamic" / "static") for the packs ``module`` holds."""
+    packs = _packed.own_packs(module)
+    if not packs:
+        return packs
+    layer = parent if parent is not None and _packed.is_holder(module) else module
+    return [(p, _packed.size(p, module, layer), _packed.kind_of(module, layer)) for p in packs]
+
+
+#: The start of the blocker a model with packed weights carries.
+PACKED = "quantized packed weights"
+
+
+def packed_label(kinds: set) -> str:
+    """"quantized packed weights (torch.ao dynamic quantization)", or static, or both."""
+    how = "torch.ao %s quantization" % next(iter(kinds)) if len(kinds) == 1 else \
+        "torch.ao quantization"
+    return "%s (%s)" % (PACKED, how)
 
 
 def tensors(module: Any, grads: bool = False) -> list:
@@ -115,18 +158,32 @@ def model_figures(root: Any) -> dict[str, Any]:
 
     Meta tensors are placeholders for weights held elsewhere (an offload hook
     keeps them): they count in ``placeholder_bytes``, never on a device.
-    Also notes what makes the weights unmovable and whether dynamo traced them.
+    Packs of quantized layers count as parameters (``quantized``: their
+    weights' dtypes) and make the model unmovable.  Also notes what else makes
+    the weights unmovable and whether dynamo traced them.
     """
     params = param_bytes = buffer_bytes = placeholder_bytes = 0
     by_device: dict[str, dict[str, int]] = {}
     dtypes: set = set()
+    packed: set = set()
+    kinds: set = set()
     requires_grad = has_grad = traced = False
     unmovable: str | None = None
     seen: set = set()
     ids: set = set()
-    for m in subtree(root):
+    for m, parent in _with_parents(root):
         if unmovable is None:
             unmovable = odd_dict(m)
+        for obj, pack, how in _packs(m, parent):
+            if id(obj) in ids:
+                continue
+            ids.add(id(obj))
+            kinds.add(how)
+            params += pack.numel
+            param_bytes += pack.nbytes
+            by_device.setdefault(pack.device, {"params": 0, "buffers": 0})["params"] += pack.nbytes
+            if pack.dtype is not None:
+                packed.add(pack.dtype)
         for kind, attr in (("params", "_parameters"), ("buffers", "_buffers")):
             for t in values(m, attr):
                 if t is None or id(t) in ids:
@@ -163,6 +220,9 @@ def model_figures(root: Any) -> dict[str, Any]:
                 else:
                     buffer_bytes += size
     devices = sorted(by_device)
+    dtypes |= packed
+    if kinds:
+        unmovable = packed_label(kinds)
     return {
         "params": params, "param_bytes": param_bytes, "buffer_bytes": buffer_bytes,
         "placeholder_bytes": placeholder_bytes, "bytes_by_device": by_device,
@@ -170,6 +230,7 @@ def model_figures(root: Any) -> dict[str, Any]:
         "dtype": dtypes.pop() if len(dtypes) == 1 else ("mixed" if dtypes else None),
         "requires_grad": requires_grad, "has_grad": has_grad, "dynamo_traced": traced,
         "unmovable": unmovable, "tensor_ids": ids,
+        "quantized": ", ".join(sorted(packed)) if packed else None,
     }
 
 

@@ -1,10 +1,10 @@
 """The one hook that carries a model's state: "last used" and transparent
 reload.
 
-A root model and each of its composite direct parts carry one permanent
-forward pre-hook (``_PreHook``, registered with ``prepend=True`` so it runs
-before the user's own pre-hooks), placed on the user's own thread
-(``placement``).  While the model is resident it records the time of the call
+A root model and each of its composite direct parts (and the model a part
+only wraps) carry one permanent forward pre-hook (``_PreHook``, registered
+with ``prepend=True`` so it runs before the user's own pre-hooks), placed on
+the user's own thread (``placement``).  While the model is resident it records the time of the call
 (a float store).  When the model is offloaded it first brings it back (one
 reload however many threads call; the others wait on the guard's Condition).
 

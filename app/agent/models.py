@@ -7,13 +7,13 @@
   once.  They also drive where the per-model hooks sit (``placement``).
 * Modules built before the agent started are found by one ``gc.get_objects()``
   pass in ``start()`` (``attach_existing``), on the thread that called it.
-* Roots: tracked modules with parameters that no user module holds as a
-  child.  torch's machinery (an OptimizedModule, export's wrappers, fx and
-  TorchScript modules) never hides the model under it: a model is listed once,
-  as the user built it.  A machinery module is listed only when it holds
-  weights no listed model holds (a traced module kept after its source was
-  deleted).  When a root is freed, what it held is listed again at the next
-  refresh.
+* Roots: tracked modules with weights (parameters, or the packs of
+  quantized layers) that no user module holds as a child.  torch's machinery
+  (an OptimizedModule, export's wrappers, fx and TorchScript modules) never
+  hides the model under it: a model is listed once, as the user built it.  A
+  machinery module is listed only when it holds weights no listed model holds
+  (a traced module kept after its source was deleted).  When a root is
+  freed, what it held is listed again at the next refresh.
 * The agent thread only reads modules and re-points the hooks' slots
   (``guard.Slot``): it never adds or removes a hook.
 * Per-model figures are cached ~1 s so 4 Hz polling stays cheap; the agent
@@ -58,8 +58,8 @@ def _on_parameter(module: Any, name: Any, value: Any) -> None:
 def _on_buffer(module: Any, name: Any, value: Any) -> None:
     try:
         tracker = _ACTIVE
-        if tracker is not None and not tracker.placement.compiling():
-            tracker.add(module)
+        if tracker is not None:
+            tracker.placement.on_buffer(module)
     except Exception:
         pass
     return None
@@ -257,7 +257,7 @@ class ModelTracker:
                     continue
                 nonroot.add(id(c))
                 stack.extend(_fig.children(c))
-        roots = [m for m in mods if id(m) not in nonroot and _fig.has_params(m)]
+        roots = [m for m in mods if id(m) not in nonroot and _fig.has_weights(m)]
         for m in roots:
             if m not in self._ids:
                 self._ids[m] = "m%d" % self._next_id
@@ -296,8 +296,9 @@ class ModelTracker:
                 slot.part = False
                 slot.guard = g
                 bound[id(slot)] = slot
-            for part in _fig.children(m):
-                ps = _guard.slot_of(part) if part is not None else None
+            parts = [p for c in _fig.children(m) if c is not None for p in _placement.level(c)]
+            for part in parts:
+                ps = _guard.slot_of(part)
                 if ps is not None and id(ps) not in bound:
                     ps.part = True
                     ps.guard = g

@@ -6,18 +6,38 @@ always trace a stable module.  torch's global registration hooks call
 ``on_parameter`` / ``on_module`` on the thread that builds a module:
 
 * a module gets the hook pair (``guard.install``) when its first parameter is
-  registered, or when it adopts a child that has parameters;
+  registered, or when it adopts a child that has weights (parameters, or the
+  packs of quantized layers);
 * when a parent adopts a child, a composite child keeps its pair (it is now
   a direct part of the parent: its calls count as use of the parent, see
   ``is_part``), a plain layer loses it, and the child's own children lose
   theirs (they are now two levels down, where a hook would only cost time on
   every forward);
 * a module adopted below a module that is itself adopted loses its pair;
-* a pair that ever saw a call is never removed (the module was in use).
+* a pair that ever saw a call is never removed (the module was in use);
+* a wrapper (no weights of its own, one child: peft's LoraModel, DDP) is
+  transparent: the module it wraps counts at its level, so a model wrapped
+  twice (PeftModel -> LoraModel -> the model) keeps its pair, and is a model
+  with hooks again when the wrappers are dropped (``merge_and_unload()``).
 
-So once a model is built, its root and its composite direct parts carry
-hooks and nothing deeper does.  A model that was already in use when something wrapped
-it keeps its hooks; the agent thread merely re-points their slots.
+So once a model is built, its root and its composite direct parts (and what
+they wrap) carry hooks and nothing deeper does.  A model that was already in
+use when something wrapped it keeps its hooks; the agent thread merely
+re-points their slots.
+
+The agent thread never places a hook either, not even on a model left
+without one.  A ready hook dict put in place in one store would not break a
+running ``_call_impl`` (it reads the dict, never sees it change), but a user
+thread registering a hook of its own on the module at that moment would
+keep a handle to the dict replaced (its ``remove()`` would do nothing), and a
+compile tracing the module meanwhile would recompile.  Such a model is
+refused with the one reason it has none (``hookless``).
+
+torch's quantized layers are not announced while they build (a quantized
+Linear adopting its ``LinearPackedParams``, a quantized norm registering its
+parameters): ``convert`` and ``quantize_dynamic`` build them into a copy of
+the model, which the agent meets at its first call, and each is a part, never
+a model of its own.
 
 Modules of torch's own machinery (torch.compile's OptimizedModule, export's
 wrappers, fx GraphModules, TorchScript modules) never get hooks and never
@@ -41,9 +61,10 @@ from typing import Any
 from . import guard as _guard
 from . import log as _log
 from . import model_guard as _mg
+from . import packed as _packed
 from .figures import children as _children
-from .figures import has_params as _has_params
-from .figures import own_params as _own_params
+from .figures import has_weights as _has_weights
+from .figures import own_weights as _own_weights
 
 #: Module classes from these packages are torch's machinery, not user models.
 INTERNAL_KINDS = (
@@ -56,6 +77,11 @@ INTERNAL_KINDS = (
 #: A bare ``torch.nn.Module()`` (export builds some): hidden like machinery, but
 #: wrapping a model in one marks nothing.
 BARE = "container"
+#: Why a model has no hook (``Placement.hookless``).
+HOOKS_OFF = "hooks off"
+OWN_PRE_HOOKS = "pre-hooks of its own"
+MODEL_GONE = "its model is gone"
+NOT_SEEN_BUILT = "not seen built"
 
 _kinds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -97,6 +123,26 @@ def is_part(parent: Any, child: Any) -> bool:
     return bool(_children(child))
 
 
+def level(module: Any) -> list:
+    """``module`` and what it wraps: while a module has no weights of its own and
+    exactly one child, that child counts at its level (``LoraModel.model``)."""
+    out = [module]
+    seen = {id(module)}
+    while True:
+        kids = [c for c in _children(out[-1]) if c is not None]
+        if len(kids) != 1 or id(kids[0]) in seen or _own_weights(out[-1]) \
+                or internal_kind(out[-1]) is not None:
+            return out
+        seen.add(id(kids[0]))
+        out.append(kids[0])
+
+
+def _below(modules: list) -> list:
+    """The children of ``modules`` that are not among them."""
+    ids = {id(m) for m in modules}
+    return [c for m in modules for c in _children(m) if c is not None and id(c) not in ids]
+
+
 class Placement:
     """The user-thread side of model tracking: hooks, adoption, marks.
 
@@ -115,23 +161,33 @@ class Placement:
         self.guard_of = guard_of
         self.enabled = True  # False: no hooks at all (VRAM_STEWARD_LAST_USED=0)
         self._adopted: weakref.WeakSet = weakref.WeakSet()  # has a user-module parent
-        self._with_params: weakref.WeakSet = weakref.WeakSet()  # parameters in its subtree
+        self._with_weights: weakref.WeakSet = weakref.WeakSet()  # weights in its subtree
+        self._refused: weakref.WeakSet = weakref.WeakSet()  # had pre-hooks of its own
         #: module -> what reaches its weights besides the module ("torch.compile", ...)
         self.marks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # -- registration hooks (the user's threads) ----------------------------------
     def on_parameter(self, module: Any, value: Any) -> None:
-        if self.compiling():
+        if self.compiling() or _packed.is_quantized_layer(module):
             return
         self.announce(module)
         if value is None or internal_kind(module) is not None:
             return
-        self._with_params.add(module)
+        self._with_weights.add(module)
         if self.enabled and module not in self._adopted and _guard.slot_of(module) is None:
             self._place(module)
 
+    def on_buffer(self, module: Any) -> None:
+        if not self.compiling() and not _packed.is_quantized_layer(module):
+            self.announce(module)
+
     def on_module(self, parent: Any, child: Any) -> None:
         if self.compiling():
+            return
+        if _packed.is_quantized_layer(parent) or (child is not None and _packed.is_holder(child)):
+            # a quantized layer building its pack: a part of some model, never one itself
+            if child is not None and (child in self._with_weights or _own_weights(child)):
+                self._with_weights.add(parent)
             return
         self.announce(parent)
         if child is None:
@@ -141,18 +197,21 @@ class Placement:
         if kind is not None:
             self._wrapped_by_machinery(child, kind)
             return
-        has_params = child in self._with_params or _own_params(child)
-        if has_params:
-            self._with_params.add(parent)
+        has_weights = child in self._with_weights or _own_weights(child)
+        if has_weights:
+            self._with_weights.add(parent)
         self._adopted.add(child)
         if not self.enabled:
             return
         parent_is_root = parent not in self._adopted
+        at_child = level(child)
         if not (parent_is_root and is_part(parent, child)):
-            self._prune(child)  # two or more levels down now, or a mere layer
-        for grandchild in _children(child):
-            self._prune(grandchild)
-        if parent_is_root and has_params and _guard.slot_of(parent) is None:
+            for m in at_child:  # two or more levels down now, or a mere layer
+                self._prune(m)
+        for grandchild in _below(at_child):
+            for m in level(grandchild):
+                self._prune(m)
+        if parent_is_root and has_weights and _guard.slot_of(parent) is None:
             self._place(parent)
 
     # -- start() from a running program (the calling thread) ----------------------
@@ -176,22 +235,40 @@ class Placement:
         if not self.enabled:
             return placed
         for m in user:
-            if id(m) in child_ids or not _has_params(m):
+            if id(m) in child_ids or not _has_weights(m):
                 continue
-            parts = [c for c in _children(m) if c is not None and is_part(m, c)]
+            parts = [p for c in _children(m) if c is not None and is_part(m, c)
+                     for p in level(c)]
             for part in [m] + parts:
-                if _guard.slot_of(part) is None and _has_params(part) and self._place(part):
+                if _guard.slot_of(part) is None and _has_weights(part) and self._place(part):
                     placed += 1
         return placed
+
+    # -- the agent thread ---------------------------------------------------------
+    def hookless(self, module: Any) -> str:
+        """Why ``module`` carries no hook of the agent's: ``HOOKS_OFF``,
+        ``OWN_PRE_HOOKS`` (it had some when its hook was to be placed),
+        ``MODEL_GONE`` (it was placed inside a model, which holds the hooks, and
+        that model is gone) or ``NOT_SEEN_BUILT`` (a copy of a hookless part,
+        weights set without torch's registration)."""
+        if not self.enabled:
+            return HOOKS_OFF
+        if module in self._refused:
+            return OWN_PRE_HOOKS
+        if module in self._adopted:
+            return MODEL_GONE
+        return NOT_SEEN_BUILT
 
     # -- internals ------------------------------------------------------------------
     def _place(self, module: Any) -> bool:
         try:
             slot = _guard.Slot(self.announce)
-            return _guard.install(module, slot, self.compiling, self.checks)
+            if _guard.install(module, slot, self.compiling, self.checks):
+                return True
+            self._refused.add(module)
         except Exception as exc:
             _log.log("placing hooks on %s failed: %r" % (type(module).__name__, exc))
-            return False
+        return False
 
     def _prune(self, module: Any) -> None:
         if module is None:

@@ -5,10 +5,12 @@ unloaded; these helpers only read its words so a person is offered a forced
 unload where the agent would accept one.  Only training evidence (train mode,
 gradients present, a recent optimizer step, backward or forward with autograd) gives way to
 ``force``, and only for a manual unload.  Everything else the agent names
-(torch.compile, torch.export, TorchScript, torch.fx, tensors shared with
-another model, meta placeholders, sparse, quantized or subclassed tensors, no
-agent hooks, a forward running) refuses any unload; these helpers offer no
-``force`` for anything they do not know either.
+(torch.compile, torch.export, TorchScript, torch.fx, torch's own machinery,
+tensors shared with another model or with other processes, meta placeholders,
+sparse, quantized or subclassed tensors, the packed weights of quantized
+layers, no agent hooks (whatever the reason), a forward running) refuses any
+unload; these helpers offer no ``force`` for anything they do not know either.
+Every label and sentence of the agent's ``eligibility.REFUSALS`` reads as such.
 ``requires_grad`` and "never used" are no reasons at all.
 """
 
@@ -20,8 +22,8 @@ TRAINING_WORDS = ("train mode", "training", "optimizer step", "gradients present
 
 #: Words of a refusal that no ``force`` overrides (checked first).
 NEVER_WORDS = ("compile", "export", "torchscript", "torch.fx", "graphmodule", "cuda graph",
-               "torch.func",
-               "torch internals", "shares tensors", "shared", "meta", "placeholder", "sparse",
+               "torch.func", "torch internals", "machinery",
+               "shares tensors", "shared", "meta", "placeholder", "sparse",
                "quantized", "subclass", "tensors on", "unreadable", "hooks", "forward running",
                "forward is running", "is running", "busy", "already", "not offloaded")
 

@@ -168,10 +168,12 @@ class RecordingDict(dict):
         return super().pop(*args)
 
 
-def test_the_agent_thread_never_changes_a_hook_dict():
+def test_the_agent_thread_never_changes_a_hook_dict(monkeypatch):
     """Reports at 4 Hz and more, unloads, reloads, a wrapper made and freed,
     a compile: every change to any hook dict happens on this thread."""
-    from app.agent import runtime
+    from app.agent import churn, runtime
+
+    monkeypatch.setattr(churn, "SHARE", 1.0)  # five unloads in a row: no move budget here
 
     from .conftest import Client, short_tmpdir, wait_entry
 
@@ -251,3 +253,130 @@ def test_compiling_while_the_agent_ticks_fast_never_fails(fullgraph):
     # As without an agent: instances of one class share one compiled graph
     # (hooks registered with always_call=True would make dynamo recompile each).
     assert len(compiles) == 1
+
+
+class Wrap(nn.Module):
+    """A wrapper: no weights of its own, one child (peft's LoraModel, DDP)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def test_a_model_wrapped_twice_keeps_its_hook_and_is_a_model_again_when_unwrapped(live, cache):
+    model = Net().eval()
+    outer = Wrap(Wrap(model))  # PeftModel -> LoraModel -> the model
+    assert hooked(outer) == ["", "inner", "inner.inner"]  # the model's own parts: not
+    live.refresh()
+    assert guard.slot_of(model).guard is live.tracker.guard(outer)  # a part of the wrapper
+    del outer
+    gc.collect()
+    live.refresh()  # the agent's next tick: a model of its own again
+    x = torch.ones(2, 4)
+    with torch.no_grad():
+        ref = model(x)
+    [info] = [i for i in live.listed() if i["class"].endswith(".Net")]
+    assert info["unload_blocker"] is None and info["last_used"] is not None
+    assert live.manager.handle_unload({"model": info["id"]})["ok"]
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+    assert live.tracker.guard(model).state == "resident"
+
+
+def test_a_wrapper_inside_a_model_leaves_no_hook_deeper_than_its_parts(live):
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = Wrap(nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4)))
+            self.norm = nn.LayerNorm(4)
+
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Layer() for _ in range(3))
+            self.tail = Layer()
+            self.head = Wrap(Layer())
+
+    # the parts, and what a part wraps (head.inner); never a part's own parts
+    assert hooked(Deep()) == ["", "head", "head.inner", "layers", "tail"]
+
+
+def test_the_model_peft_merge_and_unload_returns_unloads_and_comes_back_bit_identical(
+        live, cache):
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=32,
+                                  bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    base = transformers.GPT2LMHeadModel(cfg)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM",
+                                                      target_modules=["c_attn"]))
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(2):
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    merged = model.merge_and_unload()
+    assert merged is base
+    del model, opt
+    gc.collect()
+    merged.eval()
+    with torch.no_grad():
+        ref = merged(ids).logits
+    weights = {n: p.detach().clone() for n, p in merged.named_parameters()}
+    [info] = [i for i in live.listed() if i["class"].endswith(".GPT2LMHeadModel")]
+    assert (info["unload_blocker"], info["training_evidence"]) == (None, None)
+    event = live.manager.handle_unload({"model": info["id"]})
+    assert event["ok"] and event["state"] == "offloaded"
+    with torch.no_grad():
+        assert torch.equal(merged(ids).logits, ref)
+    for name, p in merged.named_parameters():
+        assert torch.equal(p, weights[name]), name
+    assert live.tracker.guard(merged).state == "resident"
+
+
+class OwnPreHook(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_forward_pre_hook(lambda module, args: None)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("why", [placement.MODEL_GONE, placement.OWN_PRE_HOOKS,
+                                 placement.HOOKS_OFF])
+def test_a_model_without_hooks_is_refused_with_its_one_reason(live, why):
+    from app.agent import eligibility, protocol
+    from app.agent.errors import ActionError
+
+    if why == placement.MODEL_GONE:
+        seq = nn.Sequential(Net(), Net())  # a container's items keep no hooks
+        model = seq[0]
+        del seq
+        gc.collect()
+    elif why == placement.OWN_PRE_HOOKS:
+        model = OwnPreHook()
+    else:
+        live.tracker.placement.enabled = False
+        model = Net()
+    model.eval()
+    listed = live.listed()
+    info = next(i for i in listed if i["id"] == live.tracker.model_id(model))
+    label = "no agent hooks (%s)" % why
+    assert info["unload_blocker"] == label
+    assert info["idle_since"] is None  # its calls are not seen
+    with pytest.raises(ActionError) as err:
+        live.manager.handle_unload({"model": info["id"], "force": True})
+    assert err.value.code == protocol.REFUSED
+    assert str(err.value) == eligibility.REFUSALS[label]
