@@ -1,7 +1,8 @@
-"""``python -m tests.e2e.host_harm [PATTERN...]``: run patterns outside pytest.
+"""``python -m tests.e2e.host_harm [PATTERN[:VARIANT]...]``: run patterns outside pytest.
 
-Prints each pair's summary (the agent's step outcomes included) and the same
-account of differences the test fails with; exit status 1 if any pattern differs.
+A pattern with variants stands for all of them.  Prints each pair's summary
+(the agent's step outcomes included) and the same account of differences the
+test fails with; exit status 1 if any pattern differs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ from tests.e2e.host_harm import harness, verdict
 
 
 def main(argv: list[str]) -> int:
+    try:
+        patterns = harness.expand(argv) if argv else harness.pattern_names()
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     failed = 0
-    for pattern in argv or harness.pattern_names():
-        pair = harness.run_pair(pattern)
+    for pattern in patterns:
+        try:
+            pair = harness.run_pair(pattern)
+        except harness.CannotRun as exc:
+            print(f"== {pattern}: skipped ({exc})", flush=True)
+            continue
         report = verdict.judge(pair)
         failed += bool(report)
         print(f"== {pattern}: {'DIFFERS' if report else 'same'}")

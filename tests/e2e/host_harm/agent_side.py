@@ -22,6 +22,7 @@ POLL_INTERVAL_S = 0.25
 REPORT_TIMEOUT_S = 5.0
 ACTION_TIMEOUT_S = 120.0
 ATTACH_TIMEOUT_S = 60.0
+BUSY_RETRY_S = 0.5
 POLL_ERRORS_KEPT = 10
 
 
@@ -186,8 +187,14 @@ class AgentSide:
         found = pick_model(report, name)
         if found is None:
             return ModelOutcome(name, reason=f"no root model of class {name}", listed=listed)
-        result = agent_client.unload(entry, found.id, to=None, force=force,
-                                     timeout_s=_within(ACTION_TIMEOUT_S, deadline))
+        while True:
+            result = agent_client.unload(entry, found.id, to=None, force=force,
+                                         timeout_s=_within(ACTION_TIMEOUT_S, deadline))
+            # busy: the model was moved for its share of the last seconds (or another
+            # action runs); a client tries again later, as the answer says
+            if result.code != "busy" or time.monotonic() + BUSY_RETRY_S > deadline:
+                break
+            time.sleep(BUSY_RETRY_S)
         if result.ok:
             out = ModelOutcome(name, found.id, "unloaded", listed=listed)
         elif result.code == "refused":

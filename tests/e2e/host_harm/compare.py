@@ -54,6 +54,10 @@ def value_diff(baseline: Any, agent: Any, limit: int = 12) -> list[str]:
     return lines
 
 
+def _label(record: list[Any] | None) -> str:
+    return _short(record[0]) if record else "none (the run ended before it)"
+
+
 def result_diff(baseline: dict[str, Any], agent: dict[str, Any]) -> str:
     """What differs between two results: records by label, then the other fields."""
     out: list[str] = []
@@ -64,8 +68,7 @@ def result_diff(baseline: dict[str, Any], agent: dict[str, Any]) -> str:
         if old == new:
             continue
         if old is None or new is None or old[0] != new[0]:
-            out.append(f"record #{i}: {_short(old and old[0])} without the agent, "
-                       f"{_short(new and new[0])} with it")
+            out.append(f"record #{i}: {_label(old)} without the agent, {_label(new)} with it")
             out.append("  (records out of step from here on)")
             break
         out.append(f"record #{i} {old[0]!r}:")

@@ -3,10 +3,20 @@
 ``run_pair(pattern)`` starts both runs at once (each with its own temp dirs,
 agent runtime dir, XDG and Hugging Face caches; at most a torch.compile cache
 is shared), drives the runner's line protocol (``runner.py``) and returns
-what each run produced.  In the agent run the
+what each run produced: its records, its result, how the process ended, and
+the files it left in its offload folder.  In the agent run the
 child is ``main.py run -- python runner.py ...``, an ``AgentSide`` polls the
 agent's report at 4 Hz for the whole run and performs each step's
 unload / reload; the baseline run answers every step at once.
+
+A pattern may declare, as literals the harness reads without importing it:
+
+    REQUIRES = ("transformers",)     modules it needs beyond torch (else skipped)
+    VARIANTS = {"SIGTERM": 143}      runs of it, each with the exit status it must
+                                     end with (as a shell says: 128 + N for signal N);
+                                     ``ctx.variant`` tells the pattern which one
+    CACHE_TMPFS_MIB = 20             each run's cache folder (XDG_CACHE_HOME, where
+                                     disk unloads go) is a tmpfs of this size: root only
 
 A run that outlives its deadline is killed with everything it started.
 """
@@ -38,6 +48,8 @@ PATTERNS_DIR = HERE / "patterns"
 NOT_PATTERNS = {"zoo"}
 RUN_TIMEOUT_S = 240.0
 STDERR_KEPT = 200_000
+#: Where the agent puts disk unloads, under the run's XDG_CACHE_HOME.
+OFFLOAD_DIR = ("vram-steward", "offload")
 
 #: Variables of the test process that must not leak into a child.
 DROPPED_ENV = ("VRAM_STEWARD_AGENT", "VRAM_STEWARD_IDLE_UNLOAD", "VRAM_STEWARD_LAST_USED",
@@ -45,19 +57,79 @@ DROPPED_ENV = ("VRAM_STEWARD_AGENT", "VRAM_STEWARD_IDLE_UNLOAD", "VRAM_STEWARD_L
                "PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES")
 
 
+class CannotRun(Exception):
+    """This machine cannot give the pattern what it declares it needs (the message says why)."""
+
+
+def _declared(pattern: str, name: str, default: Any) -> Any:
+    """The literal a pattern file assigns to ``name``, read without importing it."""
+    tree = ast.parse((PATTERNS_DIR / f"{base_name(pattern)}.py").read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) == name):
+            return ast.literal_eval(node.value)
+    return default
+
+
+def base_name(pattern: str) -> str:
+    """``process_end:SIGTERM`` -> ``process_end`` (the file)."""
+    return pattern.partition(":")[0]
+
+
 def pattern_names() -> list[str]:
-    return sorted(p.stem for p in PATTERNS_DIR.glob("*.py")
-                  if p.stem not in NOT_PATTERNS and not p.stem.startswith("_"))
+    """Every pattern run, ``name`` or ``name:variant`` for a pattern with ``VARIANTS``."""
+    names = []
+    for path in sorted(PATTERNS_DIR.glob("*.py")):
+        if path.stem in NOT_PATTERNS or path.stem.startswith("_"):
+            continue
+        variants = _declared(path.stem, "VARIANTS", None)
+        names += [f"{path.stem}:{v}" for v in variants] if variants else [path.stem]
+    return names
+
+
+def expand(names: list[str]) -> list[str]:
+    """Names as a user gives them: a pattern with variants stands for all of them."""
+    every = pattern_names()
+    out = []
+    for name in names:
+        matches = [n for n in every if n == name or (":" not in name and base_name(n) == name)]
+        if not matches:
+            raise ValueError(f"no pattern {name!r} (there are: {', '.join(every)})")
+        out += matches
+    return out
 
 
 def pattern_requirements(name: str) -> tuple[str, ...]:
-    """The pattern's ``REQUIRES`` (modules it needs beyond torch), read without importing it."""
-    tree = ast.parse((PATTERNS_DIR / f"{name}.py").read_text())
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and getattr(node.targets[0], "id", None) == "REQUIRES"):
-            return tuple(ast.literal_eval(node.value))
-    return ()
+    """The pattern's ``REQUIRES`` (modules it needs beyond torch)."""
+    return tuple(_declared(name, "REQUIRES", ()))
+
+
+def expected_status(name: str) -> int:
+    """The exit status the run must end with (0 unless its variant says otherwise)."""
+    variant = name.partition(":")[2]
+    return int(_declared(name, "VARIANTS", {}).get(variant, 0)) if variant else 0
+
+
+def cache_tmpfs_mib(name: str) -> int | None:
+    """The size of the tmpfs the pattern wants as its cache folder, if any."""
+    value = _declared(name, "CACHE_TMPFS_MIB", None)
+    return int(value) if value is not None else None
+
+
+def shell_status(returncode: int | None) -> int | None:
+    """An exit status as a shell says it (128 + N for signal N).  ``main.py run``
+    reports its command's end that way, so both runs are compared in these terms."""
+    return 128 - returncode if returncode is not None and returncode < 0 else returncode
+
+
+def describe_status(status: int | None) -> str:
+    """``143 (SIGTERM)``: the status and, above 128, the signal it stands for."""
+    if status is None or status <= 128:
+        return str(status)
+    try:
+        return f"{status} ({signal.Signals(status - 128).name})"
+    except ValueError:
+        return str(status)
 
 
 @dataclass
@@ -65,8 +137,10 @@ class RunResult:
     """Everything one run of a pattern produced."""
 
     mode: str  # "baseline" or "agent"
-    result: dict[str, Any] | None = None  # the runner's @@RESULT
+    records: list[Any] = field(default_factory=list)  # the runner's @@RECORDs, in order
+    result: dict[str, Any] | None = None  # the runner's @@RESULT (None: the process ended first)
     returncode: int | None = None
+    leftovers: list[str] = field(default_factory=list)  # the offload folder once it ended
     stderr: str = ""
     steps: list[StepOutcome] = field(default_factory=list)
     polls_ok: int = 0
@@ -77,9 +151,26 @@ class RunResult:
     agent_log: str = ""
     wall_s: float = 0.0
 
+    @property
+    def status(self) -> int | None:
+        return shell_status(self.returncode)
+
+    def observed(self) -> dict[str, Any]:
+        """What the pattern showed, as the two runs compare it: its records, the
+        steps it reached, whether it returned, and then its error and warnings."""
+        result = self.result or {}
+        return {"records": self.records, "steps": [s.label for s in self.steps],
+                "returned": self.result is not None, "error": result.get("error"),
+                "warnings": result.get("warnings")}
+
     def summary(self) -> str:
-        lines = [f"{self.mode}: rc={self.returncode} timed_out={self.timed_out} "
+        lines = [f"{self.mode}: exit {describe_status(self.status)} (returncode "
+                 f"{self.returncode}) timed_out={self.timed_out} "
                  f"wall={self.wall_s:.1f}s polls ok/failed={self.polls_ok}/{self.polls_failed}"]
+        if self.result is None:
+            lines.append("  the process ended before the pattern returned")
+        if self.leftovers:
+            lines.append(f"  left in its offload folder: {len(self.leftovers)} file(s)")
         lines += [f"  harness: {p}" for p in self.problems]
         if self.mode == "agent":
             for step in self.steps:
@@ -205,10 +296,27 @@ class _Child:
 
 def run_pattern(pattern: str, with_agent: bool, timeout_s: float = RUN_TIMEOUT_S,
                 inductor_cache: str | None = None) -> RunResult:
-    """One run of ``pattern``; never raises for anything the child does."""
-    out = RunResult("agent" if with_agent else "baseline")
+    """One run of ``pattern``; never raises for anything the child does
+    (``CannotRun`` when the cache tmpfs it declares cannot be mounted)."""
     base = Path(tempfile.mkdtemp(prefix="vshh", dir="/tmp"))  # short: AF_UNIX path limit
-    env = child_env(base, inductor_cache)
+    mib = cache_tmpfs_mib(pattern)
+    mounted = False
+    try:
+        env = child_env(base, inductor_cache)
+        if mib is not None:
+            mount_tmpfs(base / "cache", mib)
+            mounted = True
+        return _run_child(pattern, with_agent, base, env, timeout_s)
+    finally:
+        if mounted:
+            unmount(base / "cache")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _run_child(pattern: str, with_agent: bool, base: Path, env: dict[str, str],
+               timeout_s: float) -> RunResult:
+    """The child of one run, driven to its end; what it left is read before ``base`` goes."""
+    out = RunResult("agent" if with_agent else "baseline")
     argv = [sys.executable, str(RUNNER), pattern, str(base / "work")]
     if with_agent:
         argv = [sys.executable, str(ROOT / "main.py"), "run", "--", *argv]
@@ -235,9 +343,56 @@ def run_pattern(pattern: str, with_agent: bool, timeout_s: float = RUN_TIMEOUT_S
             child.finish(30)
         out.stderr = child.stderr
         out.agent_log = _agent_log(base)
+        out.leftovers = offload_files(base / "cache")
         out.wall_s = time.monotonic() - started
-        shutil.rmtree(base, ignore_errors=True)
     return out
+
+
+def offload_files(cache: Path) -> list[str]:
+    """``name (N bytes)`` for each file in the offload folder under ``cache``."""
+    folder = cache.joinpath(*OFFLOAD_DIR)
+    try:
+        files = sorted(p for p in folder.rglob("*") if not p.is_dir())
+    except OSError:
+        return []
+    out = []
+    for path in files:
+        try:
+            size = f"{path.lstat().st_size} bytes"
+        except OSError:
+            size = "gone"
+        out.append(f"{path.relative_to(folder)} ({size})")
+    return out
+
+
+def mount_tmpfs(path: Path, mib: int) -> None:
+    """A fresh tmpfs of ``mib`` MiB on ``path`` (mode 0700, ours); ``CannotRun`` if not."""
+    require_root(mib)
+    tool = shutil.which("mount")
+    if tool is None:
+        raise CannotRun("no mount command to mount a tmpfs as its cache folder")
+    done = subprocess.run([tool, "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs",
+                           str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise CannotRun(f"cannot mount a {mib} MiB tmpfs as its cache folder: {said}")
+
+
+def require_root(mib: int) -> None:
+    """Only root mounts a tmpfs: ``CannotRun`` for anyone else."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        raise CannotRun(f"needs root to mount a {mib} MiB tmpfs as its cache folder")
+
+
+def unmount(path: Path) -> None:
+    """Unmount ``path``; lazily when something still holds it (a stray that outlived
+    its run): the temp dir must never be left with a mount below it."""
+    tool = shutil.which("umount") or "umount"
+    if subprocess.run([tool, str(path)], capture_output=True).returncode != 0:
+        subprocess.run([tool, "-l", str(path)], capture_output=True)
+
+
+_TAGS = ("@@PID", "@@RECORD", "@@STEP", "@@RESULT")
 
 
 def _drive(child: _Child, side: AgentSide | None, out: RunResult, deadline: float) -> None:
@@ -248,12 +403,13 @@ def _drive(child: _Child, side: AgentSide | None, out: RunResult, deadline: floa
         except queue.Empty:
             out.timed_out = True
             return
-        if line is None:
+        if line is None:  # the process ended: what the poller sees now is its exit
+            if side is not None:
+                side.finished()
             return
         tag = line.split(" ", 1)[0]
         try:
-            payload = json.loads(line[len(tag):]) if tag in ("@@PID", "@@STEP", "@@RESULT") \
-                else None
+            payload = json.loads(line[len(tag):]) if tag in _TAGS else None
         except ValueError:
             out.problems.append(f"malformed {tag} line: {line[:200]!r}")
             continue
@@ -264,6 +420,8 @@ def _drive(child: _Child, side: AgentSide | None, out: RunResult, deadline: floa
             child.runner_pid = int(payload)
             if side is not None:
                 side.start(child.runner_pid)
+        elif tag == "@@RECORD":
+            out.records.append(payload)
         elif tag == "@@STEP":
             if side is None:
                 outcome = StepOutcome(payload["label"], payload["expect"], payload["reload"])
@@ -296,13 +454,16 @@ def _agent_log(base: Path) -> str:
 class Pair:
     baseline: RunResult
     agent: RunResult
+    expected_status: int = 0  # how both runs must end (the pattern's VARIANTS)
 
 
 def run_pair(pattern: str, timeout_s: float = RUN_TIMEOUT_S,
              inductor_cache: str | None = None) -> Pair:
-    """Both runs of ``pattern``, concurrently."""
+    """Both runs of ``pattern``, concurrently (``CannotRun``: neither ran)."""
+    mib = cache_tmpfs_mib(pattern)
+    if mib is not None:
+        require_root(mib)
     with ThreadPoolExecutor(max_workers=2) as pool:
         baseline = pool.submit(run_pattern, pattern, False, timeout_s, inductor_cache)
         agent = pool.submit(run_pattern, pattern, True, timeout_s, inductor_cache)
-        return Pair(baseline.result(), agent.result())
-
+        return Pair(baseline.result(), agent.result(), expected_status(pattern))

@@ -1,4 +1,4 @@
-"""Runs one host-harm pattern in this process: ``python runner.py PATTERN WORKDIR``.
+"""Runs one host-harm pattern in this process: ``python runner.py PATTERN[:VARIANT] WORKDIR``.
 
 The harness starts this twice, once plainly and once under ``main.py run``,
 and compares what it prints.  Wire protocol (one JSON document per line, on
@@ -6,21 +6,31 @@ the process's original stdout; the pattern's own prints go to stderr so they
 can never interleave with it):
 
     @@PID <pid>            first line: the process the agent lives in
+    @@RECORD <json>        [label, digest], as soon as the pattern records it:
+                           a process that dies early has shown what it did so far
     @@STEP <json>          {label, unload, reload, expect, force}; then one line
                            ``@@GO ...`` is read from stdin before going on
-    @@RESULT <json>        last line: {pattern, records, steps, warnings, error}
+    @@RESULT <json>        last line, if the pattern returns: {pattern, warnings, error}
 
 Every Python warning of the whole run is recorded (``catch_warnings`` is
 process-wide, so warnings raised on other threads are caught too).  The exit
-code is 0 unless the runner itself breaks (3), whatever the pattern does.
+code is 0 unless the runner itself breaks (3) or the pattern ends the process
+itself (a signal, ``sys.exit``, ``os._exit``): how it ends is part of what the
+harness compares.
 
 Patterns are imported by file path, and ``patterns/zoo.py`` (the models and
 inputs they share) is registered as module ``zoo`` the same way: nothing of
 the harness is put on ``sys.path``, where it could shadow a host's module.
+A finder at the end of ``sys.meta_path`` (so it too never shadows a module
+the host finds) resolves the same names in processes a pattern starts with
+``multiprocessing``'s spawn, which run this file as ``__mp_main__`` and
+unpickle a pattern's functions and classes by module name.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -51,6 +61,30 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 digest = _load("host_harm_digest", HERE / "digest.py")
+PATTERN_MODULE_PREFIX = "host_harm_pattern_"
+
+
+def pattern_module_name(pattern: str) -> str:
+    return PATTERN_MODULE_PREFIX + pattern
+
+
+class _PatternFinder(importlib.abc.MetaPathFinder):
+    """Finds ``zoo`` and ``host_harm_pattern_<name>`` in ``patterns/`` when
+    nothing else on ``sys.meta_path`` did (a spawned child unpickling them)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "zoo":
+            file = PATTERNS / "zoo.py"
+        elif fullname.startswith(PATTERN_MODULE_PREFIX):
+            file = PATTERNS / (fullname.removeprefix(PATTERN_MODULE_PREFIX) + ".py")
+        else:
+            return None
+        return importlib.util.spec_from_file_location(fullname, file) if file.is_file() else None
+
+
+if not any(isinstance(f, _PatternFinder) for f in sys.meta_path):
+    sys.meta_path.append(_PatternFinder())
 
 
 class HarnessGone(BaseException):
@@ -61,22 +95,26 @@ class HarnessGone(BaseException):
 class Context:
     """What a pattern gets: records, expected errors and synchronisation points.
 
-    Records are kept in call order; call them from one thread (patterns that
-    use threads record after joining them) so the order is deterministic.
+    Records go to the harness in call order; call them from one thread
+    (patterns that use threads record after joining them) so the order is
+    deterministic.
     """
 
-    def __init__(self, workdir: Path, channel: TextIO, answers: TextIO) -> None:
+    def __init__(self, workdir: Path, channel: TextIO, answers: TextIO,
+                 variant: str | None = None) -> None:
         self.workdir = workdir
-        self.records: list[list[Any]] = []
-        self.steps: list[str] = []
+        self.variant = variant  # the pattern's VARIANTS key this run is for, if it has any
         self._channel = channel
         self._answers = answers
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may record
 
     def record(self, label: str, value: Any) -> None:
-        entry = [label, digest.digest(value)]
+        self._add([label, digest.digest(value)])
+
+    def _add(self, entry: list[Any]) -> None:
+        """Show ``entry`` to the harness now: a process that dies later has shown it."""
         with self._lock:
-            self.records.append(entry)
+            _send(self._channel, "@@RECORD", entry)
 
     def expect_error(self, label: str, fn: Callable[[], Any]) -> None:
         """Run ``fn`` and record which exception it raised, or "ok" and its result."""
@@ -86,8 +124,7 @@ class Context:
             outcome: Any = {"raised": digest.exception_digest(exc)}
         else:
             outcome = {"ok": digest.digest(value)}
-        with self._lock:
-            self.records.append([label, outcome])
+        self._add([label, outcome])
 
     def step(self, label: str, unload: Iterable[str] = (), reload: bool = False,
              expect: str = "any", force: bool = False) -> None:
@@ -100,7 +137,6 @@ class Context:
         if expect not in EXPECTS:
             raise ValueError(f"expect must be one of {EXPECTS}, not {expect!r}")
         names = [str(n) for n in unload]
-        self.steps.append(label)
         _send(self._channel, "@@STEP", {"label": label, "unload": names,
                                         "reload": bool(reload), "expect": expect,
                                         "force": bool(force)})
@@ -128,7 +164,7 @@ def _warning_digest(w: warnings.WarningMessage) -> dict[str, str]:
             "message": digest.normalise(str(w.message))}
 
 
-def run(pattern_name: str, workdir: Path) -> int:
+def run(pattern_name: str, workdir: Path, variant: str | None = None) -> int:
     channel = _protocol_channel()
     _send(channel, "@@PID", os.getpid())
     workdir.mkdir(parents=True, exist_ok=True)
@@ -137,13 +173,13 @@ def run(pattern_name: str, workdir: Path) -> int:
     # looks for): the patterns' shared module is registered as ``zoo`` by path.
     if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
         del sys.path[0]
-    ctx = Context(workdir, channel, sys.stdin)
+    ctx = Context(workdir, channel, sys.stdin, variant)
     result: dict[str, Any] = {"pattern": pattern_name, "error": None}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             _load("zoo", PATTERNS / "zoo.py")
-            module = _load(f"host_harm_pattern_{pattern_name}", PATTERNS / f"{pattern_name}.py")
+            module = _load(pattern_module_name(pattern_name), PATTERNS / f"{pattern_name}.py")
             module.run(ctx)
         except HarnessGone:
             traceback.print_exc()
@@ -152,19 +188,20 @@ def run(pattern_name: str, workdir: Path) -> int:
             traceback.print_exc()  # both runs print it: the harness compares tracebacks
             result["error"] = digest.exception_digest(exc)
         warned = [_warning_digest(w) for w in caught]
-    result.update(records=ctx.records, steps=ctx.steps, warnings=warned)
+    result["warnings"] = warned
     _send(channel, "@@RESULT", result)
     return 0
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        print("usage: runner.py PATTERN WORKDIR", file=sys.stderr)
+        print("usage: runner.py PATTERN[:VARIANT] WORKDIR", file=sys.stderr)
         return RUNNER_BROKE
-    if not (PATTERNS / f"{argv[1]}.py").is_file():
-        print(f"runner.py: no pattern {argv[1]!r} in {PATTERNS}", file=sys.stderr)
+    pattern, _, variant = argv[1].partition(":")
+    if not (PATTERNS / f"{pattern}.py").is_file():
+        print(f"runner.py: no pattern {pattern!r} in {PATTERNS}", file=sys.stderr)
         return RUNNER_BROKE
-    return run(argv[1], Path(argv[2]).resolve())
+    return run(pattern, Path(argv[2]).resolve(), variant or None)
 
 
 if __name__ == "__main__":
