@@ -155,3 +155,29 @@ def test_from_pretrained_model_in_eval_unloads_without_force(env, tmp_path):
     assert ev["ok"] and ev["target"] == "cpu" and ev["bytes_released"] > 0
     with torch.inference_mode():
         assert torch.equal(model.generate(ids, max_new_tokens=8, do_sample=False), ref)
+
+
+def test_page_locked_memory_is_not_taken_for_memory_shared_with_other_processes(env):
+    """Pinned host memory is mapped shared from the driver's device file: an
+    offloaded model (its weights in pinned copies) and a user's pinned CPU
+    weights are not "shared with other processes", and the copy alone is the
+    offload's timed move."""
+    from app.agent import sharing
+
+    tracker, manager, track = env
+    pinned = torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True)
+    assert not sharing.shared_storage([pinned])
+    model = big_model(layers=2)
+    mid = track(model)
+    ev = manager.handle_unload({"model": mid, "to": "cpu"})
+    assert ev["ok"] and 0 < ev["copy_seconds"] <= ev["seconds"]
+    from app.agent import figures
+
+    offloaded = figures.tensors(model)  # read as the agent reads them: no reload
+    g = tracker.guard(model)
+    assert g.state == "offloaded" and offloaded
+    assert all(t.device.type == "cpu" and t.is_pinned() for t in offloaded)
+    assert not sharing.shared_storage(offloaded)
+    assert manager.blocker(model, g) != sharing.BLOCKER
+    assert g.state == "offloaded"
+    manager.handle_reload({"model": mid})
