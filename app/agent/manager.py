@@ -255,7 +255,7 @@ class Manager:
             self._refuse_if_blocked(module, g, figures, force, automatic)
             buffers = devices.HostBuffers(torch)
             try:
-                buffers = moves.prepare_buffers(torch, module, to, buffers)
+                moves.prepare_buffers(torch, module, to, buffers)
                 return self._unload_held(torch, module, g, to, reason, wait_s, buffers)
             finally:
                 if buffers.made:
@@ -284,7 +284,7 @@ class Manager:
                                       % (": " + running if running else "", wait_s))
             except BaseException:
                 self._stays_resident(g)
-                self._note_move(g, held)
+                self.moved.note(g, held)
                 raise
         # Whatever fails from here to the copy leaves it resident as it was.
         try:
@@ -303,7 +303,7 @@ class Manager:
         except BaseException:
             restore_dicts(rec)
             self._back_to_resident(g)
-            self._note_move(g, held)
+            self.moved.note(g, held)
             raise
         return self._offload(torch, module, g, rec, held, buffers)
 
@@ -318,9 +318,6 @@ class Manager:
         """The same, lock not held."""
         with g.lock:
             self._stays_resident(g)
-
-    def _note_move(self, g: Any, since: float) -> None:
-        self.moved.note(g, since)
 
     def _refuse_if_blocked(self, module: Any, g: Any, figures: dict, force: bool,
                            automatic: bool) -> None:
@@ -353,7 +350,7 @@ class Manager:
         except BaseException as exc:
             moves.roll_back_out(rec, swaps)
             self._back_to_resident(g)
-            self._note_move(g, held)
+            self.moved.note(g, held)
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("unloading %s failed, rolled back: %s" % (g.model_id, error))
             self._event(g, module, "unload", _guard.RESIDENT, to, 0, 0,
@@ -385,7 +382,7 @@ class Manager:
             g.transition = None
             g.state = _guard.OFFLOADED
             g.cond.notify_all()
-        self._note_move(g, held)
+        self.moved.note(g, held)
         _log.log("unloaded %s to %s: %d bytes in %.3f s (%s)"
                  % (g.model_id, to, rec.bytes_moved, seconds, reason))
         return event
@@ -408,7 +405,7 @@ class Manager:
         except BaseException as exc:
             copies.undo(swaps)
             g.transition = None
-            self._note_move(g, started)
+            self.moved.note(g, started)
             error = "%s: %s" % (type(exc).__name__, exc)
             _log.log("reloading %s failed: %s" % (g.model_id, error))
             self._event(g, module, "reload", _guard.OFFLOADED, rec.target, 0, 0,
@@ -429,7 +426,7 @@ class Manager:
         g.target = None
         g.cell[0] = g.reloaded_at = time.time()  # brought back for a use: the idle clock restarts
         g.reloaded_mono = time.monotonic()
-        self._note_move(g, started)
+        self.moved.note(g, started)
         if module is not None:
             self.tracker.invalidate(module)
         self._event(g, module, "reload", _guard.RESIDENT, rec.target, rec.bytes_moved, None,

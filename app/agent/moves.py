@@ -86,17 +86,16 @@ def disk_folder() -> str:
 
 
 def prepare_buffers(torch: Any, module: Any, to: str | None,
-                    buffers: devices.HostBuffers) -> devices.HostBuffers:
+                    buffers: devices.HostBuffers) -> None:
     """Page-locked host buffers for a GPU model's unload to "cpu", made in
     ``buffers`` while its calls still run.  The plan is made again once the
     model is held; a buffer it does not take is dropped."""
     try:
         groups = planning.plan(torch, _fig.tensors(module, grads=True))
     except ActionError:
-        return buffers  # refused later, with the model held, as always
+        return  # refused later, with the model held, as always
     if target_for(groups, to) == "cpu":
         buffers.prepare([gr.span for gr in groups if devices.is_cuda(gr.device)], pin=True)
-    return buffers
 
 
 def check_shared(tracker: Any, module: Any, tensors: list) -> None:

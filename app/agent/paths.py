@@ -120,19 +120,30 @@ def ensure_state_dir(path: str, named: bool) -> str:
     return path
 
 
+#: Added to every open of a file of ours: never through a link, not inherited.
+_PRIVATE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) \
+    | getattr(os, "O_BINARY", 0)
+
+
+def create_private_file(path: str, flags: int) -> int:
+    """A new file at ``path``, mode 0600, never a planted file or link
+    (``O_CREAT | O_EXCL | O_NOFOLLOW``).  ``flags``: the access flags
+    (``os.O_WRONLY``...).  Raises FileExistsError when something is there."""
+    return os.open(path, flags | _PRIVATE_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
+
+
 def open_private_file(path: str, flags: int) -> int:
-    """A descriptor on ``path``, never through a link: created 0600 with
-    ``O_CREAT | O_EXCL | O_NOFOLLOW`` when missing; an existing one must be a
-    regular file of ours (a looser mode of our own file is tightened to 0600).
+    """A descriptor on ``path``, never through a link: created 0600
+    (``create_private_file``) when missing; an existing one must be a regular
+    file of ours (a looser mode of our own file is tightened to 0600).
     ``flags``: the access flags (``os.O_WRONLY | os.O_APPEND``...).  Raises
     OSError (PermissionError for a file that is not ours or not regular)."""
-    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) \
-        | getattr(os, "O_BINARY", 0)
     try:
-        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        return create_private_file(path, flags)
     except FileExistsError:
         pass
-    fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))  # a planted FIFO must not block
+    flags |= _PRIVATE_FLAGS | getattr(os, "O_NONBLOCK", 0)  # a planted FIFO must not block
+    fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -127,9 +127,7 @@ def write_private(path: str, snapshot: Any) -> None:
     """The snapshot as ``_dump_snapshot`` writes it, created 0600 (never replaced,
     never through a link) in a private dir."""
     paths.ensure_private_dir(os.path.dirname(path))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
-        | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags, 0o600)
+    fd = paths.create_private_file(path, os.O_WRONLY)
     with os.fdopen(fd, "wb") as f:
         pickle.dump(snapshot, f)
 

@@ -13,23 +13,52 @@ import sys
 import time
 from typing import Any
 
+from . import paths
+
+
+def proc_text(path: str) -> str | None:
+    """A small text file of /proc (None when it cannot be read)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (None: no such process,
+    or no ``/proc``)."""
+    data = proc_text("/proc/%d/stat" % pid)
+    if data is None:
+        return None
+    try:
+        return int(data[data.rindex(")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def boot_time() -> float | None:
+    """This host's boot, epoch seconds (None where ``/proc/stat`` is missing)."""
+    for line in (proc_text("/proc/stat") or "").splitlines():
+        if line.startswith("btime"):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
 
 def process_create_time() -> float | None:
     """Process start, epoch seconds, computed exactly like psutil on Linux."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        with open("/proc/self/stat", "rb") as f:
-            data = f.read()
-        fields = data[data.rfind(b")") + 2:].split()
-        ctime = float(fields[19]) / os.sysconf("SC_CLK_TCK")
-        with open("/proc/stat", "rb") as f:
-            for line in f:
-                if line.startswith(b"btime"):
-                    return ctime + float(line.strip().split()[1])
+        ticks, booted = start_ticks(os.getpid()), boot_time()
+        if ticks is None or booted is None:
+            return None
+        return ticks / os.sysconf("SC_CLK_TCK") + booted
     except Exception:
         return None
-    return None
 
 
 def command_line() -> list[str]:
@@ -70,7 +99,7 @@ def write_entry(directory: str, entry: dict[str, Any]) -> str:
     path = entry_path(directory, entry["pid"])
     tmp = os.path.join(directory, ".%d.%d.tmp" % (entry["pid"], int(time.time() * 1e6)))
     data = json.dumps(entry, separators=(",", ":")).encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = paths.create_private_file(tmp, os.O_WRONLY)
     try:
         try:
             os.write(fd, data)

@@ -112,8 +112,7 @@ def create(directory: str, name: str) -> DiskFile:
             if exc.errno not in _NO_TMPFILE:
                 raise
     path = os.path.join(directory, name)
-    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    f = DiskFile(fd, path)
+    f = DiskFile(paths.create_private_file(path, os.O_RDWR), path)
     if nameless:
         f.unlink()  # the descriptor keeps it; nothing is left to find after a kill
     return f

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from .. import log as _log
 from .. import paths
+from ..registry import boot_time, proc_text, start_ticks
 
 
 class Identity(NamedTuple):
@@ -40,25 +41,6 @@ class Identity(NamedTuple):
 
     def prefix(self) -> str:
         return "%s-%s-%d-%d-%d" % self
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (None: no such process)."""
-    data = _read("/proc/%d/stat" % pid)
-    if data is None:
-        return None
-    try:
-        return int(data[data.rindex(")") + 2:].split()[19])
-    except (ValueError, IndexError):
-        return None
 
 
 def pid_exists(pid: int) -> bool:
@@ -84,7 +66,7 @@ def _host() -> str:
 
 
 def _boot() -> str:
-    raw = _read("/proc/sys/kernel/random/boot_id") or ""
+    raw = proc_text("/proc/sys/kernel/random/boot_id") or ""
     boot = "".join(c for c in raw.strip().lower() if c in "0123456789abcdef")
     return boot or "0"
 
@@ -94,17 +76,6 @@ def _pidns() -> int:
         return int(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:
         return 0
-
-
-def boot_time() -> float | None:
-    """This host's boot, epoch seconds (None where ``/proc/stat`` is missing)."""
-    for line in (_read("/proc/stat") or "").splitlines():
-        if line.startswith("btime"):
-            try:
-                return float(line.split()[1])
-            except (IndexError, ValueError):
-                return None
-    return None
 
 
 _cached: tuple[int, Identity] | None = None

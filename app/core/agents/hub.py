@@ -18,7 +18,6 @@ into one deduplicated log that ``events_since(cursor)`` reads.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
@@ -100,7 +99,7 @@ class AgentHub(AgentDirectory):
         self._errors: dict[int, str] = {}
         self._entries: dict[int, AgentEntry] = {}
         self._workers: dict[int, _Worker] = {}
-        self._cache: dict[str, tuple[tuple[int, ...], AgentEntry | None]] = {}
+        self._cache: agent_registry.EntryCache = {}
         self._notices: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -241,39 +240,12 @@ class AgentHub(AgentDirectory):
             self._errors[pid] = message
 
     def _read_entries(self) -> list[AgentEntry]:
-        """Every private registry (or ``runtime_dir``'s), parsing only files whose
-        (mtime, size, inode, mode, owner) changed."""
-        folders = agent_registry.registry_folders(self.runtime_dir)
-        seen: dict[str, tuple[tuple[int, ...], AgentEntry | None]] = {}
-        live = []
-        for runtime, folder in folders.registries:
-            try:
-                names = [n for n in os.listdir(folder)
-                         if n.endswith(".json") and not n.startswith(".")]
-            except OSError:
-                continue
-            for name in names:
-                path = os.path.join(folder, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                key = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
-                cached = self._cache.get(path)
-                entry = cached[1] if cached is not None and cached[0] == key else \
-                    agent_registry.load_entry(path)
-                seen[path] = (key, entry)
-                if entry is None:
-                    continue
-                if agent_registry.is_stale(entry):
-                    agent_registry.remove_entry(entry, runtime)
-                    seen.pop(path, None)
-                    continue
-                live.append(entry)
-        self._cache = seen
+        """Every private registry (or ``runtime_dir``'s), parsing only files that
+        changed since the last scan."""
+        scan = agent_registry.scan_registry(self.runtime_dir, cache=self._cache)
         with self._lock:
-            self._notices = folders.notices
-        return live
+            self._notices = scan.notices
+        return scan.entries
 
     def scan(self) -> None:
         """One registry pass: start workers for new agents, stop gone ones."""

@@ -171,12 +171,33 @@ class Scan(NamedTuple):
     notices: list[str]
 
 
-def scan_registry(dir: str | None = None, prune: bool = True) -> Scan:
+#: ``scan_registry``'s cache: path -> (what its lstat said, its entry or None).
+EntryCache = dict[str, tuple[tuple[int, ...], AgentEntry | None]]
+
+
+def _cached_entry(path: str, cache: EntryCache, seen: EntryCache) -> AgentEntry | None:
+    """``load_entry(path)``, parsed again only when its (mtime, size, inode,
+    mode, owner) changed since ``cache`` was filled."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    key = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
+    cached = cache.get(path)
+    entry = cached[1] if cached is not None and cached[0] == key else load_entry(path)
+    seen[path] = (key, entry)
+    return entry
+
+
+def scan_registry(dir: str | None = None, prune: bool = True,
+                  cache: EntryCache | None = None) -> Scan:
     """Live agents registered under runtime dir ``dir`` (default: every private
     runtime dir of ours), sorted by pid.  Malformed or unreadable files are
     skipped (left alone: the agent may be writing one); stale ones are deleted
-    when ``prune``."""
+    when ``prune``.  With a ``cache`` (kept between scans, updated here) a file
+    is parsed again only when it changed."""
     folders = registry_folders(dir)
+    seen: EntryCache = {}
     entries = []
     for runtime, folder in folders.registries:
         try:
@@ -186,14 +207,19 @@ def scan_registry(dir: str | None = None, prune: bool = True) -> Scan:
         for name in names:
             if not name.endswith(".json") or name.startswith("."):
                 continue
-            entry = load_entry(os.path.join(folder, name))
+            path = os.path.join(folder, name)
+            entry = load_entry(path) if cache is None else _cached_entry(path, cache, seen)
             if entry is None:
                 continue
             if is_stale(entry):
                 if prune:
                     remove_entry(entry, runtime)
+                seen.pop(path, None)
                 continue
             entries.append(entry)
+    if cache is not None:
+        cache.clear()
+        cache.update(seen)
     entries.sort(key=lambda e: e.pid)
     return Scan(entries, folders.notices)
 

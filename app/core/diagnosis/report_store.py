@@ -18,7 +18,7 @@ import os
 import re
 import secrets
 
-from app.agent.paths import dir_problem
+from app.agent.paths import create_private_file, dir_problem
 from app.core.diagnosis.types import OomReport
 from app.core.paths import ensure_private_dir, ensure_state_subdir, oom_reports_dir, state_dir
 
@@ -57,9 +57,7 @@ class ReportStore:
                      else ensure_state_subdir(os.path.basename(oom_reports_dir())))
         final = self._path(report.id)
         tmp = os.path.join(directory, f".{report.id}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
-            | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(tmp, flags, 0o600)
+        fd = create_private_file(tmp, os.O_WRONLY)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(report.to_json(), fh, indent=1)
