@@ -85,16 +85,7 @@ def test_a_used_model_wrapped_later_keeps_its_hooks_and_is_listed_again_when_fre
     inner(torch.ones(1, 4))
     live.refresh()
     inner_id = live.tracker.model_id(inner)
-
-    class Wrapper(nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            return self.m(x)
-
-    w = Wrapper(inner)
+    w = Wrap(inner)
     ids = [i["id"] for i in live.listed()]
     assert inner_id not in ids and live.tracker.model_id(w) in ids
     assert guard.slot_of(inner) is not None  # dormant, not removed
