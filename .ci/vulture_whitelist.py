@@ -51,3 +51,15 @@ _.__cause__
 _.torch_setup_seconds
 # Fields of the agent's report, parsed as the protocol defines them.
 _.requested
+
+# http.server: the server and its handler read these class attributes and call these methods.
+_.daemon_threads
+_.allow_reuse_address
+_.request_queue_size
+_.address_family
+_.handle_error
+_.server_version
+_.log_message
+_.do_GET
+_.do_POST
+_.close_connection

@@ -19,9 +19,10 @@ import os
 import sys
 
 from app import APP_NAME, __version__
-from app.cli import agents, doctor, gui, history, models, record, run, status
+from app.cli import agents, doctor, gui, history, models, record, run, serve, status
 from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, new_command
 from app.cli.demo_option import DemoAction, attach_scenarios
+from app.cli.remote import REMOTE_COMMANDS, add_remote_options
 
 __all__ = ["EXIT_NO_SOURCE", "build_parser", "main"]
 
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.register(sub, common)
     record.register(sub, common)
     history.register(sub, common)
+    serve.register(sub, common)
+    for name in REMOTE_COMMANDS:
+        add_remote_options(sub.choices[name])
     return parser
 
 
@@ -73,7 +77,15 @@ def _dispatch(argv: list[str] | None) -> int:
     if getattr(args, "func", None) is None:
         gui.check_options(parser, args)
         return gui.cmd_gui(args)
-    result: int = args.func(args)
+    from app.core.remote.errors import RemoteError
+
+    try:
+        result: int = args.func(args)
+    except (RemoteError, ValueError) as exc:
+        if getattr(args, "host", None) is None:
+            raise
+        print(f"{APP_NAME}: {exc}", file=sys.stderr)
+        return EXIT_NO_SOURCE
     return result
 
 

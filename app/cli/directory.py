@@ -28,6 +28,10 @@ DEMO_REPLAY_S = 320.0
 def open_directory(args: argparse.Namespace, replay_s: float | None = None) -> AgentDirectory:
     """DemoAgents for ``--demo`` (after ``replay_s`` seconds of the pressure policy
     when given), else a one-shot AgentHub on the user's registry."""
+    if getattr(args, "host", None):
+        from app.cli.remote import remote_directory
+
+        return remote_directory(args)
     if getattr(args, "demo", False):
         seed = getattr(args, "seed", 7)
         size = getattr(args, "demo_size", None)
@@ -66,7 +70,10 @@ def read_reports(directory: AgentDirectory, timeout_s: float) -> list[AgentAnswe
     hand; a one-shot hub asks each registered agent now, all at once, each
     under ``timeout_s``."""
     from app.core.agents.hub import AgentHub
+    from app.core.remote.agents import RemoteAgents
 
+    if isinstance(directory, RemoteAgents):
+        return [AgentAnswer(e, r, err) for e, r, err in directory.listed()]
     if not isinstance(directory, AgentHub):
         return [AgentAnswer(None, r) for _, r in sorted(directory.reports().items())]
     from app.core.agents.client import query_report

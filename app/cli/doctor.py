@@ -119,6 +119,32 @@ def _oom(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _remote(args: argparse.Namespace) -> int:
+    """The server's diagnoses and stored OOM reports, printed as here."""
+    from app.cli.remote import connect
+
+    client = connect(args)
+    try:
+        answer = client.doctor(args.pid)
+    finally:
+        client.close()
+    diagnoses, reports = answer["diagnoses"], answer["oom_reports"]
+    if args.json:
+        data = {"host": args.host, "oom_reports": [r.to_json() for r in reports]}
+        if not args.oom:
+            data.update({"source": answer["source"], "time": answer["time"],
+                         "error": answer["error"], "notes": [],
+                         "diagnoses": [d.to_json() for d in diagnoses]})
+        print_json(data)
+        return EXIT_OK
+    if not args.oom:
+        _print_diagnoses(diagnoses, _ago)
+    elif not reports:
+        print(f"No OOM reports on {args.host}.")
+    _print_reports(reports, _ago)
+    return EXIT_OK
+
+
 def _ago(t: float) -> str:
     from app.core.units import fmt_ago
 
@@ -212,6 +238,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"{APP_NAME}: --pid must be a positive process id", file=sys.stderr)
         return EXIT_NO_SOURCE
     try:
+        if args.host:
+            return _remote(args)
         if args.oom:
             return _oom(args)
         if args.demo:

@@ -7,17 +7,13 @@ neither Qt nor NVML.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app import APP_NAME
 from app.cli.common import EXIT_FAILED, EXIT_OK, print_json, tell
-
-if TYPE_CHECKING:
-    from app.core.store.query import StoredHistory
 
 EXIT_BAD_INPUT = 2
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
@@ -39,19 +35,30 @@ def cmd_history(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"{APP_NAME}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from app.core.paths import history_db_path, state_notice
-    from app.core.store.query import read_history
+    if args.host:
+        from app.cli.remote import connect
 
-    notice = state_notice()
-    if notice:  # nothing is read from a folder that is not private
-        tell(notice)
-        return EXIT_FAILED
-    path = history_db_path()
-    stored = read_history(path, time.time() - since_s, pid=args.pid)
-    if stored.error:
-        print(f"{APP_NAME}: {stored.error}", file=sys.stderr)
-        return EXIT_FAILED
-    records = history_records(stored, args.gpu, args.pid)
+        client = connect(args)
+        try:
+            records = client.history(since_s, args.pid, args.gpu)
+        finally:
+            client.close()
+        path = args.host
+    else:
+        from app.core.paths import history_db_path, state_notice
+        from app.core.store.query import read_history
+        from app.core.store.records import history_records
+
+        notice = state_notice()
+        if notice:  # nothing is read from a folder that is not private
+            tell(notice)
+            return EXIT_FAILED
+        path = history_db_path()
+        stored = read_history(path, time.time() - since_s, pid=args.pid)
+        if stored.error:
+            print(f"{APP_NAME}: {stored.error}", file=sys.stderr)
+            return EXIT_FAILED
+        records = history_records(stored, args.gpu, args.pid)
     if args.json:
         print_json(records)
     elif records:
@@ -59,37 +66,6 @@ def cmd_history(args: argparse.Namespace) -> int:
     else:
         print(f"No stored samples in the last {args.since} ({path}).")
     return EXIT_OK
-
-
-def history_records(stored: StoredHistory, gpu_index: int | None = None,
-                    pid: int | None = None) -> list[dict[str, Any]]:
-    """One object per GPU per stored sample, oldest first (then by GPU index);
-    bytes and percent, null where unknown.  With ``pid``: only the samples
-    that process appears in."""
-    by_gpu: dict[str, dict[float, list[dict[str, Any]]]] = {}
-    for proc in stored.processes:
-        slots = by_gpu.setdefault(proc.gpu_uuid, {})
-        for t, value in zip(proc.t.tolist(), proc.bytes.tolist(), strict=True):
-            slots.setdefault(t, []).append({
-                "pid": proc.pid, "create_time": proc.create_time, "gpu_memory": _int(value),
-                "name": proc.name, "command": proc.command, "user": proc.user})
-    out = []
-    for uuid, gpu in stored.gpus.items():
-        if gpu_index is not None and gpu.index != gpu_index:
-            continue
-        procs = by_gpu.get(uuid, {})
-        for i, t in enumerate(gpu.t.tolist()):
-            if pid is not None and t not in procs:
-                continue
-            out.append({
-                "timestamp": t,
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t)),
-                "gpu_uuid": uuid, "gpu_index": gpu.index, "gpu_name": gpu.name,
-                "memory_used": _int(gpu.used[i]), "memory_total": _int(gpu.total[i]),
-                "utilization_gpu": _float(gpu.util[i]),
-                "processes": sorted(procs.get(t, []), key=lambda p: p["pid"])})
-    out.sort(key=lambda r: (r["timestamp"], -1 if r["gpu_index"] is None else r["gpu_index"]))
-    return out
 
 
 def history_table(records: list[dict[str, Any]]) -> str:
@@ -109,14 +85,6 @@ def history_table(records: list[dict[str, Any]]) -> str:
                  for c, (cell, w) in enumerate(zip(row[:-1], widths, strict=True))]
         lines.append("  ".join([*cells, row[-1]]))
     return "\n".join(lines)
-
-
-def _int(value: float) -> int | None:
-    return None if math.isnan(value) else int(value)
-
-
-def _float(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -14,10 +14,11 @@ from app import APP_NAME
 from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, print_json
 
 if TYPE_CHECKING:
+    from app.core.monitor.samples import Snapshot
     from app.core.monitor.source import GpuSource
 
 
-def _make_source(demo: bool, seed: int = 7, size: tuple[int, int] | None = None) -> GpuSource:
+def make_source(demo: bool, seed: int = 7, size: tuple[int, int] | None = None) -> GpuSource:
     if demo:
         from app.core.monitor.demo_source import demo_source
 
@@ -32,21 +33,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     from app.core.monitor.report import snapshot_to_json, snapshot_to_table
     from app.core.monitor.source import SourceUnavailable
 
-    collector = Collector(_make_source(args.demo, args.seed, size=args.demo_size))
-    try:
-        collector.open()
-    except SourceUnavailable as exc:
-        print(f"{APP_NAME}: {exc.reason}", file=sys.stderr)
-        return EXIT_NO_SOURCE
-    try:
-        snapshot = collector.collect()
-        if args.interval > 0:
-            # CPU % and SM % are rates: a second reading makes them real
-            # instead of "n/a" (the first psutil reading has nothing to compare with).
-            time.sleep(args.interval)
+    if args.host:
+        snapshot = _remote_snapshot(args)
+    else:
+        collector = Collector(make_source(args.demo, args.seed, size=args.demo_size))
+        try:
+            collector.open()
+        except SourceUnavailable as exc:
+            print(f"{APP_NAME}: {exc.reason}", file=sys.stderr)
+            return EXIT_NO_SOURCE
+        try:
             snapshot = collector.collect()
-    finally:
-        collector.close()
+            if args.interval > 0:
+                # CPU % and SM % are rates: a second reading makes them real
+                # instead of "n/a" (the first psutil reading has nothing to compare with).
+                time.sleep(args.interval)
+                snapshot = collector.collect()
+        finally:
+            collector.close()
     if args.json:
         print_json(snapshot_to_json(snapshot))
     else:
@@ -56,6 +60,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{APP_NAME}: {snapshot.error}", file=sys.stderr)
         return EXIT_NO_SOURCE
     return EXIT_OK
+
+
+def _remote_snapshot(args: argparse.Namespace) -> Snapshot:
+    """The server's latest snapshot (its rates are already real: it samples on)."""
+    from app.cli.remote import connect
+
+    client = connect(args)
+    try:
+        return client.snapshot()
+    finally:
+        client.close()
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""Peer credentials: only a peer of our own uid may talk to an AF_UNIX agent,
+"""Peer credentials: only a peer of our own uid (or root) may talk to an AF_UNIX agent,
 and the app talks only to an agent of its own uid, in the process its
 registry entry names (``peer_credentials``)."""
 
@@ -12,8 +12,9 @@ from typing import Any
 
 
 def peer_allowed(peer: int | None, own_uid: int) -> bool:
-    """Only a peer of our own uid may talk to us (unknown peer: refused)."""
-    return isinstance(peer, int) and not isinstance(peer, bool) and peer == own_uid
+    """Only a peer of our own uid, or root (a system-wide server; root can
+    read our memory anyway), may talk to us (unknown peer: refused)."""
+    return isinstance(peer, int) and not isinstance(peer, bool) and peer in (own_uid, 0)
 
 
 _getpeereid: Any = None

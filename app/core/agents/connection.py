@@ -205,10 +205,13 @@ class AgentConnection:
         entry = self.entry
         pid, uid = peer_credentials(sock)
         own = os.getuid() if hasattr(os, "getuid") else None
+        # Root reads every user's agents: each must be served by its entry's owner.
+        expected = entry.uid if entry.uid is not None and own == 0 else own
         if uid is None:
             raise self._fail(f"cannot tell who serves {entry.address}: refused")
-        if uid != own:
-            raise self._fail(f"{entry.address} is served by uid {uid}, not you: refused")
+        if uid != expected:
+            whose = "you" if expected == own else f"uid {expected}, the entry's owner"
+            raise self._fail(f"{entry.address} is served by uid {uid}, not {whose}: refused")
         if pid is not None and pid != entry.pid:
             raise self._fail(f"{entry.address} is served by process {pid}, not {entry.pid}: "
                              "refused")

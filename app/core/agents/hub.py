@@ -90,8 +90,11 @@ class AgentHub(AgentDirectory):
     connect_timeout_s = 1.0
 
     def __init__(self, runtime_dir: str | None = None, period_s: float = 0.25,
-                 registry_period_s: float = 1.0) -> None:
+                 registry_period_s: float = 1.0, all_users: bool = False) -> None:
+        """``all_users``: every user's agents, not only ours (root: the system
+        service reads them all; each agent is checked to be its owner's)."""
         self.runtime_dir = runtime_dir
+        self.all_users = all_users
         self.period_s = period_s
         self.registry_period_s = registry_period_s
         self._lock = threading.Lock()
@@ -117,7 +120,7 @@ class AgentHub(AgentDirectory):
 
     def entries(self) -> list[AgentEntry]:
         if self._thread is None:
-            scan = agent_registry.scan_registry(self.runtime_dir)
+            scan = agent_registry.scan_registry(self.runtime_dir, all_users=self.all_users)
             with self._lock:
                 self._notices = scan.notices
             return scan.entries
@@ -242,7 +245,8 @@ class AgentHub(AgentDirectory):
     def _read_entries(self) -> list[AgentEntry]:
         """Every private registry (or ``runtime_dir``'s), parsing only files that
         changed since the last scan."""
-        scan = agent_registry.scan_registry(self.runtime_dir, cache=self._cache)
+        scan = agent_registry.scan_registry(self.runtime_dir, cache=self._cache,
+                                            all_users=self.all_users)
         with self._lock:
             self._notices = scan.notices
         return scan.entries

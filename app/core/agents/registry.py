@@ -18,8 +18,10 @@ the registry's runtime directory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import stat
 from typing import NamedTuple
 
@@ -38,6 +40,8 @@ class Folders(NamedTuple):
 
     registries: list[tuple[str, str]]  # (runtime dir, its registry dir)
     notices: list[str]
+    # Registry dirs of other users (read by root only), with their owner's uid.
+    others: tuple[tuple[str, str, int], ...] = ()
 
 
 def runtime_dir() -> str:
@@ -49,9 +53,10 @@ def registry_dir(runtime: str | None = None) -> str:
     return os.path.join(runtime or runtime_dir(), REGISTRY_SUBDIR)
 
 
-def registry_folders(runtime: str | None = None) -> Folders:
+def registry_folders(runtime: str | None = None, all_users: bool = False) -> Folders:
     """The private registry dirs to read: ``runtime``'s when given, else those
-    of every private runtime dir an agent of ours may use.  Creates nothing."""
+    of every private runtime dir an agent of ours may use, and with
+    ``all_users`` (root only) every other user's.  Creates nothing."""
     if runtime is None:
         candidates = agent_paths.runtime_candidates()
     else:
@@ -70,7 +75,43 @@ def registry_folders(runtime: str | None = None) -> Folders:
             out.append((folder, registry))
         else:
             notices.append(f"{agent_paths.PREFIX}{registry} {problem}: its agents are ignored")
-    return Folders(out, notices)
+    others = tuple(other_users_registries()) if all_users and runtime is None else ()
+    return Folders(out, notices, others)
+
+
+_OTHER_RUNTIME = re.compile(r"^vram-steward-(\d+)(-[A-Za-z0-9_]+)?$")
+
+
+def other_users_registries() -> list[tuple[str, str, int]]:
+    """(runtime, registry, uid) of every other user's default runtime dir and
+    fallbacks, when we are root: each dir must belong to the uid its name
+    gives, be private and no link, or it is not read."""
+    if not hasattr(os, "getuid") or os.getuid() != 0:
+        return []
+    base = os.path.dirname(agent_paths.runtime_dir())
+    out = []
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    for name in names:
+        match = _OTHER_RUNTIME.match(name)
+        if match is None or int(match.group(1)) == 0:
+            continue
+        uid = int(match.group(1))
+        runtime = os.path.join(base, name)
+        registry = registry_dir(runtime)
+        if _private_dir_of(runtime, uid) and _private_dir_of(registry, uid):
+            out.append((runtime, registry, uid))
+    return out
+
+
+def _private_dir_of(path: str, uid: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077
 
 
 def _owned_by_us(path: str) -> bool:
@@ -107,24 +148,25 @@ def is_stale(entry: AgentEntry) -> bool:
     return False
 
 
-def _private_file(st: os.stat_result) -> bool:
-    """A regular file of ours that nobody else can read or write."""
+def _private_file(st: os.stat_result, uid: int | None = None) -> bool:
+    """A regular file of ours (or of ``uid``) that nobody else can read or write."""
     if not stat.S_ISREG(st.st_mode):
         return False
     if not hasattr(os, "getuid"):
         return True  # Windows: the registry is per-user (%LOCALAPPDATA%)
-    return st.st_uid == os.getuid() and not st.st_mode & 0o077
+    return st.st_uid == (os.getuid() if uid is None else uid) and not st.st_mode & 0o077
 
 
-def load_entry(path: str) -> AgentEntry | None:
+def load_entry(path: str, uid: int | None = None) -> AgentEntry | None:
     """One registry file, or None when unreadable/malformed or not a private
-    file of ours (never follows a link; never raises)."""
+    file of ours (of ``uid``'s, for root reading another user's registry;
+    the entry then names that owner).  Never follows a link; never raises."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:
         return None
     try:
-        if not _private_file(os.fstat(fd)):
+        if not _private_file(os.fstat(fd), uid):
             return None
         raw = os.read(fd, MAX_REGISTRY_FILE_BYTES + 1)
         if len(raw) > MAX_REGISTRY_FILE_BYTES:
@@ -136,7 +178,10 @@ def load_entry(path: str) -> AgentEntry | None:
         os.close(fd)
     if not isinstance(data, dict):
         return None
-    return AgentEntry.from_json(data, path=path)
+    entry = AgentEntry.from_json(data, path=path)
+    if entry is not None and uid is not None and uid != getattr(os, "getuid", lambda: uid)():
+        entry = dataclasses.replace(entry, uid=uid)
+    return entry
 
 
 def remove_entry(entry: AgentEntry, runtime: str | None = None) -> bool:
@@ -175,7 +220,8 @@ class Scan(NamedTuple):
 EntryCache = dict[str, tuple[tuple[int, ...], AgentEntry | None]]
 
 
-def _cached_entry(path: str, cache: EntryCache, seen: EntryCache) -> AgentEntry | None:
+def _cached_entry(path: str, cache: EntryCache, seen: EntryCache,
+                  uid: int | None = None) -> AgentEntry | None:
     """``load_entry(path)``, parsed again only when its (mtime, size, inode,
     mode, owner) changed since ``cache`` was filled."""
     try:
@@ -184,22 +230,24 @@ def _cached_entry(path: str, cache: EntryCache, seen: EntryCache) -> AgentEntry 
         return None
     key = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid)
     cached = cache.get(path)
-    entry = cached[1] if cached is not None and cached[0] == key else load_entry(path)
+    entry = cached[1] if cached is not None and cached[0] == key else load_entry(path, uid)
     seen[path] = (key, entry)
     return entry
 
 
 def scan_registry(dir: str | None = None, prune: bool = True,
-                  cache: EntryCache | None = None) -> Scan:
+                  cache: EntryCache | None = None, all_users: bool = False) -> Scan:
     """Live agents registered under runtime dir ``dir`` (default: every private
     runtime dir of ours), sorted by pid.  Malformed or unreadable files are
     skipped (left alone: the agent may be writing one); stale ones are deleted
     when ``prune``.  With a ``cache`` (kept between scans, updated here) a file
-    is parsed again only when it changed."""
-    folders = registry_folders(dir)
+    is parsed again only when it changed.  ``all_users`` (root): other users'
+    agents too, never pruned (their files are theirs)."""
+    folders = registry_folders(dir, all_users)
     seen: EntryCache = {}
     entries = []
-    for runtime, folder in folders.registries:
+    owned = [(runtime, folder, None) for runtime, folder in folders.registries]
+    for runtime, folder, uid in [*owned, *folders.others]:
         try:
             names = os.listdir(folder)
         except OSError:
@@ -208,11 +256,12 @@ def scan_registry(dir: str | None = None, prune: bool = True,
             if not name.endswith(".json") or name.startswith("."):
                 continue
             path = os.path.join(folder, name)
-            entry = load_entry(path) if cache is None else _cached_entry(path, cache, seen)
+            entry = load_entry(path, uid) if cache is None \
+                else _cached_entry(path, cache, seen, uid)
             if entry is None:
                 continue
             if is_stale(entry):
-                if prune:
+                if prune and uid is None:
                     remove_entry(entry, runtime)
                 seen.pop(path, None)
                 continue

@@ -64,6 +64,7 @@ class AgentEntry:
     agent_version: str | None = None
     token: str | None = None  # tcp only: shared secret for the HMAC challenge
     path: str = ""  # the registry file itself
+    uid: int | None = None  # whose agent: its registry file's owner (None: ours)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], path: str = "") -> AgentEntry | None:

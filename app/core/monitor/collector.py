@@ -98,6 +98,11 @@ class Collector:
         self._failed_at = None
         if self._host is not None and self.source.wants_host_details:
             gpus = self._enrich(self._host, gpus)
+        extras = self.source.extras()
+        if extras is not None:  # a server's snapshot: its findings, not ours again
+            return Snapshot(self._wall(), self._mono(), self.source.name,
+                            self.source.driver_version(), gpus, None,
+                            time.perf_counter() - started, **extras)
         agents = self._agent_reports()
         snapshot = Snapshot(self._wall(), self._mono(), self.source.name,
                             self._driver_version, gpus, None, time.perf_counter() - started,

@@ -11,64 +11,15 @@ import socket
 import time
 from typing import Any
 
-from app.core.monitor.samples import Container, GpuSample, ProcessSample, Snapshot
+from app.core.monitor.samples import Snapshot
 from app.core.units import NA, fmt_bytes, fmt_fraction, fmt_percent
 
 
-def process_to_json(p: ProcessSample) -> dict[str, Any]:
-    return {
-        "pid": p.pid,
-        "name": p.name,
-        "user": p.user,
-        "command": p.command,
-        "gpu_memory": p.gpu_memory,
-        "sm_util": p.sm_util,
-        "cpu_percent": p.cpu_percent,
-        "host_rss": p.host_rss,
-        "kind": p.kind,
-        "create_time": p.create_time,
-        "host_status": p.host_status.value,
-        "container": container_to_json(p.container),
-    }
-
-
-def container_to_json(c: Container | None) -> dict[str, Any] | None:
-    if c is None:
-        return None
-    return {"runtime": c.runtime, "id": c.id, "name": c.name, "pod": c.pod}
-
-
-def gpu_to_json(g: GpuSample) -> dict[str, Any]:
-    return {
-        "index": g.index,
-        "mig_index": g.mig_index,
-        "name": g.name,
-        "uuid": g.uuid,
-        "state": g.state.value,
-        "message": g.message,
-        "memory_total": g.memory_total,
-        "memory_used": g.memory_used,
-        "memory_free": g.memory_free,
-        "memory_reserved": g.memory_reserved,
-        "utilization_gpu": g.utilization_gpu,
-        "utilization_memory": g.utilization_memory,
-        "temperature": g.temperature,
-        "power_draw": g.power_draw,
-        "power_limit": g.power_limit,
-        "unattributed_memory": g.unattributed_memory,
-        "notes": dict(g.notes),
-        "processes": [process_to_json(p) for p in g.processes],
-    }
-
-
 def snapshot_to_json(s: Snapshot) -> dict[str, Any]:
-    return {
-        "source": s.source,
-        "driver_version": s.driver_version,
-        "timestamp": s.timestamp,
-        "error": s.error,
-        "gpus": [gpu_to_json(g) for g in s.gpus],
-    }
+    """The wire format's encoding: one encoder for every JSON snapshot."""
+    from app.core.wire.snapshot import encode_snapshot
+
+    return encode_snapshot(s)
 
 
 def snapshot_to_table(s: Snapshot, width: int = 120) -> str:

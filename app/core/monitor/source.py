@@ -10,6 +10,7 @@ source-wide failure (driver gone) raises :class:`SourceUnavailable`.
 from __future__ import annotations
 
 import abc
+from typing import Any
 
 from app.core.monitor.samples import GpuSample
 
@@ -40,6 +41,13 @@ class GpuSource(abc.ABC):
         when the whole source stopped working."""
 
     def driver_version(self) -> str | None:
+        return None
+
+    def extras(self) -> dict[str, Any] | None:
+        """Snapshot fields the source brings whole from where it read its GPUs
+        (a server's agents, events, decisions, diagnoses), for the reading
+        ``read()`` returned last; the collector then makes none of its own.
+        None (local sources): the collector makes them."""
         return None
 
     def close(self) -> None:

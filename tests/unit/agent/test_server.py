@@ -140,7 +140,7 @@ def test_events_reach_subscribers(agent):
 
 def test_peer_allowed():
     assert peer_allowed(1000, 1000)
-    assert not peer_allowed(0, 1000)
+    assert peer_allowed(0, 1000)  # root: the system-wide server
     assert not peer_allowed(1001, 1000)
     assert not peer_allowed(None, 1000)
     assert not peer_allowed(True, 1)

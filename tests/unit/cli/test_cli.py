@@ -41,7 +41,7 @@ def fake_nvml(monkeypatch):
             return DemoSource(seed=seed)
         return NvmlSource(nvml=fake)
 
-    monkeypatch.setattr(cli_status, "_make_source", make_source)
+    monkeypatch.setattr(cli_status, "make_source", make_source)
     return fake
 
 
@@ -106,7 +106,7 @@ def test_status_table_shows_na_for_unknown(capsys, fake_nvml):
 
 
 def test_status_without_driver_exits_2_with_one_line_reason(capsys, monkeypatch):
-    monkeypatch.setattr(cli_status, "_make_source", lambda demo, seed=7, size=None: NvmlSource(nvml=FakeNvml.no_library()))
+    monkeypatch.setattr(cli_status, "make_source", lambda demo, seed=7, size=None: NvmlSource(nvml=FakeNvml.no_library()))
     rc, out, err = run_cli(capsys, "status", "--json")
     assert rc == cli.EXIT_NO_SOURCE == 2
     assert out == ""

@@ -3,10 +3,19 @@ window, the tray and ``status --json`` alike."""
 
 from __future__ import annotations
 
-from app.core.monitor.report import gpu_to_json, process_to_json
-from app.core.monitor.samples import Container, DeviceState, GpuSample, ProcessSample
+from app.core.monitor.report import snapshot_to_json
+from app.core.monitor.samples import Container, DeviceState, GpuSample, ProcessSample, Snapshot
 
 MiB = 1024**2
+
+
+def gpu_to_json(g: GpuSample) -> dict:
+    """What ``status --json`` prints for ``g``."""
+    return snapshot_to_json(Snapshot(0.0, 0.0, "nvml", None, (g,)))["gpus"][0]
+
+
+def process_to_json(p: ProcessSample) -> dict:
+    return gpu_to_json(gpu(processes=[p]))["processes"][0]
 
 
 def gpu(used: int | None = 10_000 * MiB + 12_345, processes=(), **kwargs) -> GpuSample:

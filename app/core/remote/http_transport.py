@@ -1,0 +1,169 @@
+"""A server over HTTP(S): one request per call, a long response for the stream.
+
+A token goes in ``Authorization: Bearer``.  HTTPS verifies the server's
+certificate against the system's authorities, or the one file the user
+names (``ca_file``: a self-signed certificate).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from app.core.remote.address import RemoteAddress
+from app.core.remote.errors import RemoteError, RemoteUnavailable
+from app.core.serve.frames import KEEPALIVE_S
+from app.core.wire.snapshot import WIRE_VERSION, WireVersionError
+
+WIRE_HEADER = "X-VRAM-Steward-Wire"
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+
+
+class HttpTransport:
+    def __init__(self, address: RemoteAddress, token: str | None = None,
+                 ca_file: str | None = None, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.token = token
+        self.timeout_s = timeout_s
+        self._context: ssl.SSLContext | None = None
+        self._streams: set[http.client.HTTPConnection] = set()
+        if address.scheme == "https":
+            self._context = ssl.create_default_context(cafile=ca_file)
+
+    @property
+    def url(self) -> str:
+        return self.address.url
+
+    def call(self, method: str, params: dict[str, Any] | None = None,
+             timeout_s: float | None = None) -> Any:
+        body = json.dumps({"method": method, "params": params or {}}).encode()
+        conn = self._connect(timeout_s or self.timeout_s)
+        try:
+            with self._errors():
+                conn.request("POST", "/api/v1/call", body, self._headers(
+                    {"Content-Type": "application/json"}))
+                resp = conn.getresponse()
+                raw = resp.read(MAX_ANSWER_BYTES)
+            return self._result(resp.status, raw)
+        finally:
+            conn.close()
+
+    def frames(self) -> Iterator[dict[str, Any]]:
+        """The stream's frames, as they come; RemoteUnavailable when it ends."""
+        conn = self._connect(KEEPALIVE_S * 2 + self.timeout_s)
+        self._streams.add(conn)
+        try:
+            with self._errors():
+                conn.request("GET", "/api/v1/stream", headers=self._headers(
+                    {"Accept-Encoding": "deflate"}))
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    self._result(resp.status, resp.read(MAX_ANSWER_BYTES))
+                inflate = zlib.decompressobj(-15) \
+                    if resp.getheader("Content-Encoding") == "deflate" else None
+                pending = b""
+                while True:
+                    chunk = resp.read1(65536)
+                    if not chunk:
+                        raise RemoteUnavailable(f"{self.url} closed the stream")
+                    pending += inflate.decompress(chunk) if inflate is not None else chunk
+                    *lines, pending = pending.split(b"\n")
+                    for raw in lines:
+                        yield _frame(raw, self.url)
+        finally:
+            self._streams.discard(conn)
+            conn.close()
+
+    def close(self) -> None:
+        """End the streams (calls hold nothing between them)."""
+        for conn in list(self._streams):
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    # -- pieces -----------------------------------------------------------------
+    def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
+        host, port = self.address.host, self.address.port
+        if self._context is not None:
+            return http.client.HTTPSConnection(host, port, timeout=timeout_s,
+                                               context=self._context)
+        return http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+    def _headers(self, extra: dict[str, str]) -> dict[str, str]:
+        headers = {WIRE_HEADER: str(WIRE_VERSION), **extra}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+    def _result(self, status: int, raw: bytes) -> Any:
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise RemoteError(f"{self.url} did not answer as a VRAM Steward server "
+                              f"(HTTP {status})", "protocol") from None
+        if not isinstance(data, dict):
+            raise RemoteError(f"{self.url} did not answer as a VRAM Steward server",
+                              "protocol")
+        if status != 200:
+            code = str(data.get("code") or "error")
+            message = str(data.get("error") or f"HTTP {status}")
+            if code == "unauthorized" and not self.token:
+                message += " (pass --token-file FILE or set VRAM_STEWARD_TOKEN)"
+            raise RemoteError(f"{self.url}: {message}", code)
+        if data.get("wire") != WIRE_VERSION:
+            raise RemoteError(str(WireVersionError(data.get("wire"), self.url)), "version")
+        return data.get("result")
+
+    def _errors(self) -> Any:
+        return _Translate(self.url, self.timeout_s)
+
+
+class _Translate:
+    """Socket and TLS failures as RemoteError in the user's words."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, _tb: Any) -> None:
+        if exc is None or isinstance(exc, RemoteError):
+            return
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            raise RemoteError(f"{self.url}: the server's certificate is not trusted "
+                              f"({exc.verify_message}); for a self-signed certificate pass "
+                              "--tls-ca FILE", "tls") from None
+        if isinstance(exc, ssl.SSLError):
+            raise RemoteError(f"{self.url}: TLS failed ({exc.reason}); is it an http:// "
+                              "server?", "tls") from None
+        if isinstance(exc, ConnectionRefusedError):
+            raise RemoteUnavailable(f"cannot reach {self.url}: connection refused (is "
+                                    "`vram-steward serve` running there?)") from None
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            raise RemoteUnavailable(f"{self.url}: no answer within "
+                                    f"{self.timeout_s:g} s") from None
+        if isinstance(exc, (http.client.RemoteDisconnected, http.client.IncompleteRead,
+                            ConnectionError)):
+            raise RemoteUnavailable(f"{self.url} closed the connection") from None
+        if isinstance(exc, (OSError, http.client.HTTPException)):
+            raise RemoteUnavailable(f"cannot reach {self.url}: {exc}") from None
+
+
+def _frame(raw: bytes, url: str) -> dict[str, Any]:
+    try:
+        frame = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RemoteError(f"{url} sent a frame that is not JSON", "protocol") from None
+    if not isinstance(frame, dict):
+        raise RemoteError(f"{url} sent a frame that is not an object", "protocol")
+    return frame

@@ -1,0 +1,81 @@
+"""The stream's frames: each snapshot encoded once, whatever the clients.
+
+A client that saw the previous tick gets the patch from it (``delta``); one
+that fell behind, or has just arrived, gets the whole snapshot (``full``).
+Frames are made on the first request for a tick, so a server without
+stream clients encodes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import zlib
+from typing import Any
+
+from app.core.serve.state import ServeState
+from app.core.wire.delta import diff
+from app.core.wire.snapshot import WIRE_VERSION, encode_snapshot
+
+#: Seconds a stream waits for a tick before it sends a ``ping`` (dead peers show up).
+KEEPALIVE_S = 15.0
+
+
+def line(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+class Frames:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq = -1
+        self._full: bytes = b""
+        self._delta: bytes | None = None
+        self._encoded: dict[str, Any] | None = None
+
+    def for_state(self, state: ServeState) -> tuple[bytes, bytes | None]:
+        """(full frame, delta frame from ``state.seq - 1`` or None) for ``state``."""
+        with self._lock:
+            if state.seq != self._seq and state.snapshot is not None:
+                encoded = encode_snapshot(state.snapshot)
+                previous, was = self._encoded, self._seq
+                self._full = line({"wire": WIRE_VERSION, "type": "full", "seq": state.seq,
+                                   "snapshot": encoded})
+                self._delta = None
+                if previous is not None and was == state.seq - 1:
+                    self._delta = line({"type": "delta", "seq": state.seq,
+                                        "patch": diff(previous, encoded)})
+                self._encoded, self._seq = encoded, state.seq
+            return self._full, self._delta
+
+
+class StreamWriter:
+    """One client's stream: which frame to send next, optionally deflated
+    (raw deflate, flushed after every frame so each arrives whole)."""
+
+    def __init__(self, frames: Frames, deflate: bool) -> None:
+        self._frames = frames
+        self._seq: int | None = None
+        self._zip = zlib.compressobj(6, zlib.DEFLATED, -15) if deflate else None
+
+    def next_bytes(self, state: ServeState) -> bytes | None:
+        """The bytes to send for ``state`` (a ping when it is not new), None
+        before the first snapshot."""
+        if state.snapshot is None:
+            return None
+        if state.seq == self._seq:
+            data = line({"type": "ping", "seq": state.seq})
+        else:
+            full, delta = self._frames.for_state(state)
+            data = delta if delta is not None and self._seq == state.seq - 1 else full
+            self._seq = state.seq
+        return self._pack(data)
+
+    @property
+    def seq(self) -> int:
+        return -1 if self._seq is None else self._seq
+
+    def _pack(self, data: bytes) -> bytes:
+        if self._zip is None:
+            return data
+        return self._zip.compress(data) + self._zip.flush(zlib.Z_SYNC_FLUSH)

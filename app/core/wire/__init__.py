@@ -1,0 +1,1 @@
+"""The wire format shared by ``status --json``, the server and remote clients."""
