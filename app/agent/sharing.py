@@ -10,8 +10,10 @@ old one.  So a model is refused when any of its storages is
   or sent to another process on the CPU, ``/dev/shm``, a file mapped with
   ``MAP_SHARED``): the mapping's flags in ``/proc/self/maps`` say so.  A
   private mapping (a safetensors file loaded on the CPU) is not shared, nor
-  is a device's mapping (page-locked host memory is mapped from
-  ``/dev/nvidiactl``, and no other process sees it);
+  is a device's mapping, nor page-locked host memory: drivers map it from
+  ``/dev/nvidiactl`` or as shared anonymous memory (``/dev/zero``), and no
+  other process sees it (a shared anonymous mapping that is not page-locked
+  still counts: ``fork()`` children share it);
 * known to ``torch.multiprocessing`` (its ``shared_cache`` holds a weak
   reference to every storage sent or received through it, CUDA IPC handles
   included).
@@ -40,8 +42,10 @@ REFUSAL = ("its weights are shared with other processes (share_memory(), "
            "leave those processes on the old copy")
 #: How long the mappings read for one report are used for the next.
 MAPS_TTL_S = 1.0
-#: Shared mappings of these device files are not memory other processes see.
+#: Shared mappings of these device files are memory other processes may see.
 _SHARED_DEVICES = (b"/dev/shm/", b"/dev/zero")
+#: How Linux names a shared anonymous mapping (page-locked memory, on some drivers).
+_ANONYMOUS = b"/dev/zero"
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -70,9 +74,10 @@ class SharedMaps:
     """The shared (``s``) mappings of this process other processes may see,
     for address lookups."""
 
-    def __init__(self, starts: list, ends: list) -> None:
+    def __init__(self, starts: list, ends: list, anonymous: frozenset = frozenset()) -> None:
         self.starts = starts
         self.ends = ends
+        self.anonymous = anonymous  # starts of the shared anonymous mappings
 
     @property
     def key(self) -> tuple:
@@ -83,6 +88,7 @@ class SharedMaps:
         """None where ``/proc/self/maps`` cannot be read."""
         starts: list = []
         ends: list = []
+        anonymous = set()
         try:
             with open("/proc/self/maps", "rb") as f:
                 for line in f:
@@ -95,18 +101,35 @@ class SharedMaps:
                     lo, _, hi = fields[0].partition(b"-")
                     starts.append(int(lo, 16))
                     ends.append(int(hi, 16))
+                    if path.startswith(_ANONYMOUS):
+                        anonymous.add(starts[-1])
         except (OSError, ValueError):
             return None
-        return cls(starts, ends)
+        return cls(starts, ends, frozenset(anonymous))
 
     def covers(self, address: int) -> bool:
+        return self.mapping(address) is not None
+
+    def mapping(self, address: int) -> int | None:
+        """The start of the shared mapping holding ``address``, or None."""
         i = bisect.bisect_right(self.starts, address) - 1
-        return i >= 0 and address < self.ends[i]
+        return self.starts[i] if i >= 0 and address < self.ends[i] else None
 
 
 def _is_shared_flag(storage: Any) -> bool:
     try:
         return bool(storage.is_shared())
+    except Exception:
+        return False
+
+
+def _page_locked(storage: Any) -> bool:
+    """Page-locked by the CUDA driver (process-private).  Asked only once CUDA
+    is initialised: there is no page-locked memory before, and the question
+    must not start it."""
+    cuda = sys.modules.get("torch.cuda")
+    try:
+        return bool(cuda is not None and cuda.is_initialized() and storage.is_pinned())
     except Exception:
         return False
 
@@ -142,8 +165,10 @@ def shared_storage(tensors: list, fresh: bool = True) -> bool:
             if maps is None:
                 if _is_shared_flag(st):
                     return True
-            elif maps.covers(int(st.data_ptr())):
-                return True
+            else:
+                start = maps.mapping(int(st.data_ptr()))
+                if start is not None and not (start in maps.anonymous and _page_locked(st)):
+                    return True
         except Exception:
             continue
     return False

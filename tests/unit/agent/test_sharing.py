@@ -64,3 +64,21 @@ def test_a_tensor_over_a_posix_shared_memory_block_is_shared():
     finally:
         block.close()
         block.unlink()
+
+
+def test_shared_anonymous_memory_counts_unless_the_driver_page_locked_it(monkeypatch):
+    """Some drivers map page-locked host memory as shared anonymous memory
+    (``/dev/zero (deleted)`` in the maps): process-private, so not shared.
+    Shared anonymous memory that is not page-locked is what ``fork()``
+    children share: it counts."""
+    import mmap
+
+    block = mmap.mmap(-1, 1 << 16, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    t = torch.frombuffer(block, dtype=torch.uint8)
+    maps = sharing.SharedMaps.read()
+    start = maps.mapping(t.untyped_storage().data_ptr())
+    assert start is not None and start in maps.anonymous
+    assert sharing.shared_storage([t])  # CUDA is not initialised: nothing is page-locked
+    monkeypatch.setattr(sharing, "_page_locked", lambda storage: True)
+    assert not sharing.shared_storage([t])
+    del t
