@@ -131,13 +131,13 @@ class ServerApi:
         if method == "terminate":
             return self._terminate(pid, p, caller)
         directory = self._need_directory()
-        self._check_owner(pid, caller)
-        if not any(e.pid == pid for e in directory.entries()):
-            raise ApiError(f"no agent in process {pid}", 404, "not_found")
         timeout = p.number("timeout_s", required=False, low=0.1, high=ACTION_TIMEOUT_S) \
             or ACTION_TIMEOUT_S
         run = self._prepare(method, pid, p, directory, timeout)
         p.done()
+        self._check_owner(pid, caller)
+        if not any(e.pid == pid for e in directory.entries()):
+            raise ApiError(f"no agent in process {pid}", 404, "not_found")
         result = run()
         outcome = result.get("ok") if isinstance(result, dict) else None
         audit.info("%s: %s %s -> %s", caller.who, method, p.summary(),

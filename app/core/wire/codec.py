@@ -120,7 +120,7 @@ class Decoder:
     def _record(self, cls: type, data: Any, where: str) -> Any:
         if not isinstance(data, dict):
             raise WireError(f"{where}: expected an object ({cls.__name__})")
-        hints = self._hints_of(cls)
+        hints = self.hints(cls)
         defaults = _defaults(cls)
         values = {}
         for name, hint in hints.items():
@@ -162,7 +162,8 @@ class Decoder:
                 raise WireError(f"{where}: key {key!r} is not an integer") from None
         return key
 
-    def _hints_of(self, cls: type) -> dict[str, Any]:
+    def hints(self, cls: type) -> dict[str, Any]:
+        """The type each field of ``cls`` is read as (its hint, or the override)."""
         hints = self._hints.get(cls)
         if hints is None:
             module = __import__(cls.__module__, fromlist=["_"])

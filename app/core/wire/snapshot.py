@@ -72,6 +72,11 @@ def decode_snapshot(data: Any, who: str = "the server") -> Snapshot:
     return snapshot
 
 
+def field_types(cls: type) -> dict[str, Any]:
+    """The type each field of ``cls`` travels as (``Any`` fields made concrete)."""
+    return _DECODER.hints(cls)
+
+
 def decode(tp: Any, data: Any) -> Any:
     """Any other typed value of the format (an action's result, a diagnosis)."""
     return _DECODER.decode(tp, data)

@@ -186,3 +186,39 @@ def test_agents_in_the_default_dir_and_in_a_fallback_are_all_read(agent, monkeyp
         assert [e.pid for e in read_registry()] == sorted([agent.pid, os.getppid()])
     finally:
         subprocess.run(["rm", "-rf", base], check=False)
+
+
+def _users_tree(base: Path, name: str, dir_uid: int, file_uid: int, pid: int) -> Path:
+    runtime = base / name
+    (runtime / "agents").mkdir(parents=True)
+    entry = runtime / "agents" / f"{pid}.json"
+    entry.write_text(json.dumps({"pid": pid, "create_time": psutil.Process(pid).create_time(),
+                                 "address": str(runtime / "s.sock"), "transport": "unix"}))
+    os.chmod(entry, 0o600)
+    for path in (runtime, runtime / "agents"):
+        os.chmod(path, 0o700)
+        os.chown(path, dir_uid, dir_uid)
+    os.chown(entry, file_uid, file_uid)
+    return entry
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0,
+                    reason="reading other users' registries is root's (the system service)")
+def test_root_reads_every_users_registry_but_only_where_name_and_owner_agree(monkeypatch,
+                                                                            tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("VRAM_STEWARD_RUNTIME_DIR", raising=False)
+    pid = os.getpid()
+    good = _users_tree(tmp_path, "vram-steward-4242", 4242, 4242, pid)
+    _users_tree(tmp_path, "vram-steward-5151-x1", 4242, 4242, pid)  # named for 5151: planted
+    _users_tree(tmp_path, "vram-steward-6363", 6363, 7373, pid)  # a file of someone else
+    scan = registry.scan_registry(all_users=True, prune=True)
+    assert [(e.path, e.uid) for e in scan.entries] == [(str(good), 4242)]
+    assert registry.scan_registry(all_users=False).entries == []  # only root's own otherwise
+
+
+def test_other_users_registries_are_not_read_by_anyone_but_root(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "vram-steward-1001" / "agents").mkdir(parents=True)
+    assert registry.other_users_registries() == []

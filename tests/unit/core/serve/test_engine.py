@@ -1,0 +1,48 @@
+"""The server's sampler thread: ticks, readers that wait, OOMs counted, a clean stop."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from app.core.diagnosis.types import OomReport
+from app.core.serve.engine import ServeEngine
+
+
+def test_each_tick_replaces_the_state_whole(demo_engine):
+    first = demo_engine.state()
+    later = demo_engine.wait_newer(first.seq, 5.0)
+    assert later.seq > first.seq and later.snapshot.monotonic > first.snapshot.monotonic
+    assert demo_engine.last_tick_s > 0
+
+
+def test_wait_newer_gives_up_after_its_timeout(demo_engine):
+    demo_engine.stop()
+    state = demo_engine.state()
+    assert demo_engine.wait_newer(state.seq, 0.2).seq == state.seq
+
+
+def test_ooms_are_counted_per_gpu_since_start(demo_engine):
+    state = demo_engine.state()
+    report = OomReport("1-2-3", 0.0, 2, None, "0", "GPU-x", None, None, None, None,
+                       "unknown", (), (), (), {})
+    snap = dataclasses.replace(state.snapshot, oom_reports=(report, report))
+    demo_engine._publish(snap)
+    demo_engine._publish(dataclasses.replace(snap, oom_reports=(
+        dataclasses.replace(report, gpu=None, gpu_uuid=None),)))
+    counts = demo_engine.state().oom_total
+    assert counts[("0", "GPU-x")] == 2 and counts[("", "")] == 1
+
+
+def test_notices_are_told_once(monkeypatch):
+    from app.core.agents.demo import DemoAgents
+    from app.core.monitor.demo_source import demo_source
+
+    told = []
+    source = demo_source(None, 7)
+    agents = DemoAgents(source)
+    monkeypatch.setattr(agents, "notices", lambda: ["/tmp/x is a symlink"])
+    engine = ServeEngine(source, agents, period_s=0.02, on_notice=told.append)
+    engine.start()
+    engine.wait_newer(3, 5.0)
+    engine.stop()
+    assert told == ["/tmp/x is a symlink"]
