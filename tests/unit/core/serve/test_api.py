@@ -138,3 +138,32 @@ def test_history_answers_what_history_json_prints(demo_engine, tmp_path):
     assert os.path.exists(path)
     with pytest.raises(ApiError, match="since_s"):
         api.call("history", {"since_s": -1}, READER)
+
+
+def test_terminate_signals_the_callers_own_process_and_only_that(demo_engine, monkeypatch):
+    import subprocess
+    import sys
+
+    import psutil
+
+    from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        demo_engine.stop()  # the state stays what this test publishes
+        monkeypatch.setattr(demo_engine.collector.source, "name", "nvml")
+        created = psutil.Process(child.pid).create_time()
+        row = ProcessSample(child.pid, 64 << 20, name="python", user=USER, create_time=created)
+        demo_engine._publish(Snapshot(time.time(), time.monotonic(), "nvml", None, (
+            GpuSample(0, "GPU", "GPU-0", 1 << 30, 64 << 20, None, processes=(row,)),)))
+        other = ServerApi(demo_engine, owner_of=lambda pid: UID + 1)
+        with pytest.raises(ApiError, match="only your own"):
+            other.call("terminate", {"pid": child.pid}, OWNER)
+        assert child.poll() is None  # refused: nothing was sent
+        result = ServerApi(demo_engine).call(
+            "terminate", {"pid": child.pid, "create_time": created, "grace_s": 5}, OWNER)
+        assert result["result"]["outcome"] == "exited" and child.wait(5) == -15
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
