@@ -36,7 +36,7 @@ def add_remote_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("another host")
     group.add_argument("--host", type=_host_url, default=None, metavar="URL",
                        help="ask the server on that host: ssh://[user@]host[:port] or "
-                            "https://host:port")
+                            "http(s)://host:port")
     group.add_argument("--token-file", default=None, metavar="FILE",
                        help="the server's token (HTTP), else $VRAM_STEWARD_TOKEN")
     group.add_argument("--tls-ca", default=None, metavar="FILE",

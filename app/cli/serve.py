@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     source = make_source(args.demo, args.seed, size=args.demo_size)
     engine = build_engine(source, args.period, history=not args.no_history,
-                          auto_unload=not args.no_auto_unload)
+                          auto_unload=args.auto_unload)
     api = build_api(engine)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -113,7 +113,8 @@ def _serve_http(api: Any, engine: Any, args: argparse.Namespace, address: tuple[
                               name="vram-steward-http", daemon=True)
     thread.start()
     try:
-        stop.wait()
+        while not stop.is_set():  # a timeout: a signal another thread caught wakes no wait
+            stop.wait(0.2)
     finally:
         server.shutdown()
         server.server_close()
@@ -185,6 +186,17 @@ def _logging(verbose: bool) -> None:
     logging.getLogger("app.serve").setLevel(logging.INFO)
 
 
+def _period(text: str) -> float:
+    """The window's bounds: 0.1 to 10 s."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= value <= 10.0:
+        raise argparse.ArgumentTypeError(f"{text}: between 0.1 and 10 seconds")
+    return value
+
+
 def _metrics_option(text: str) -> str:
     if text in ("all", "off") or (text.isdigit() and int(text) > 0):
         return text
@@ -207,7 +219,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
     p.add_argument("--insecure", action="store_true",
                    help="allow plain HTTP on an address other than loopback")
-    p.add_argument("--period", type=float, default=0.25, metavar="SECONDS",
+    p.add_argument("--period", type=_period, default=0.25, metavar="SECONDS",
                    help="seconds between samples (default 0.25, as the window)")
     p.add_argument("--process-metrics", type=_metrics_option, default="all",
                    metavar="all|off|N", help="per-process series: all, off, or the N largest")
@@ -215,7 +227,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="leave GPU series out of /metrics (a per-user server on a host whose "
                         "system service exports them)")
     p.add_argument("--no-history", action="store_true", help="record no history")
-    p.add_argument("--no-auto-unload", action="store_true",
-                   help="never unload idle models under memory pressure")
+    p.add_argument("--auto-unload", action=argparse.BooleanOptionalAction, default=None,
+                   help="unload idle models under memory pressure, as the window does "
+                        "(default: on, except for a server that reads every user's agents "
+                        "(root), which acts on nobody's processes unless told to)")
     p.add_argument("--verbose", action="store_true", help="debug logging on stderr")
     p.set_defaults(func=cmd_serve)

@@ -93,6 +93,11 @@ class AgentDirectory(abc.ABC):
         Never blocks on I/O: safe on any thread.  Simulated agents have none."""
         return []
 
+    def errors(self) -> dict[int, str]:
+        """Why an agent has no report, by pid (its last polling error); no I/O.
+        Only a directory that polls has any."""
+        return {}
+
     def start(self) -> None:  # noqa: B027 (optional hook: most directories have nothing to start)
         """Begin background polling (if any)."""
 

@@ -32,7 +32,8 @@ class Collector:
                  agents: AgentDirectory | None = None,
                  pressure_policy: PolicyRunner | PressurePolicyConfig | bool = True,
                  doctor: Doctor | bool = True, wall_clock: Callable[[], float] = time.time,
-                 monotonic_clock: Callable[[], float] = time.monotonic) -> None:
+                 monotonic_clock: Callable[[], float] = time.monotonic,
+                 host_refresh_s: float = 0.0) -> None:
         """``pressure_policy``: True (default) runs the memory-pressure policy
         with its defaults whenever there are ``agents``; a config or a runner
         to choose; False for none.  The runner is ``self.policy``.  Every
@@ -40,7 +41,10 @@ class Collector:
         since the previous one (``self.events``).  ``doctor``: True (default)
         adds every current diagnosis and new OOM reports (saved in the state
         directory, except the demo's); a Doctor to choose; False for none.
-        The clocks stamp snapshots (the demo's instant run passes its own)."""
+        The clocks stamp snapshots (the demo's instant run passes its own).
+        ``host_refresh_s``: how long a process's host figures (CPU %, RSS) are
+        kept before they are read again (0: every tick)."""
+        self._host_refresh_s = host_refresh_s
         self.source = source
         self._wall = wall_clock
         self._mono = monotonic_clock
@@ -78,7 +82,7 @@ class Collector:
         self._opened = True
         self._driver_version = self.source.driver_version()
         if self.source.wants_host_details and self._host is None:
-            self._host = HostProcessReader()
+            self._host = HostProcessReader(refresh_s=self._host_refresh_s)
 
     def collect(self) -> Snapshot:
         """One snapshot.  Never raises: a failing source yields an error snapshot."""

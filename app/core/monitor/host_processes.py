@@ -49,6 +49,10 @@ class _Entry:
     cpu: float | None = None  # this tick's figures, for the same pid on another GPU
     rss: int | None = None
     gone: bool = False  # found exited this tick (kept so its other GPUs' rows agree)
+    # The driver's row last joined from these figures, and the joined row: an
+    # unchanged row between reads is answered without building it again.
+    raw: ProcessSample | None = None
+    out: ProcessSample | None = None
 
 
 class _Gone(Exception):
@@ -64,7 +68,12 @@ class HostProcessReader:
     """
 
     def __init__(self, psutil_module: ModuleType | None = None,
-                 proc_root: str | None = None, names: ContainerNames | None = None) -> None:
+                 proc_root: str | None = None, names: ContainerNames | None = None,
+                 refresh_s: float = 0.0) -> None:
+        """``refresh_s``: a process read less than this long ago keeps the
+        figures of that read (0: read every tick).  A headless server reads
+        its processes once a second while it samples NVML four times."""
+        self.refresh_s = refresh_s
         if proc_root is None and psutil_module is None and sys.platform.startswith("linux") \
                 and os.path.exists("/proc/self/stat"):
             proc_root = "/proc"
@@ -104,6 +113,11 @@ class HostProcessReader:
         self._known_pids &= live_pids
 
     # ------------------------------------------------------------ shared
+    def _read_lately(self, entry: _Entry, now: float) -> bool:
+        """Read this tick (a pid on several GPUs), or within ``refresh_s``."""
+        return entry.cpu_at == now or (entry.cpu_at >= 0 and 0 <= now - entry.cpu_at
+                                       < self.refresh_s)
+
     def _gone(self, sample: ProcessSample, now: float) -> ProcessSample:
         pid = sample.pid
         gone = self._entries.get(pid)
@@ -149,6 +163,14 @@ class HostProcessReader:
         self._entries[pid] = entry
         return entry
 
+    def _again(self, sample: ProcessSample, entry: _Entry, denied: bool) -> ProcessSample:
+        """The figures of the last read joined to ``sample``."""
+        if entry.raw == sample and entry.out is not None:
+            return entry.out
+        entry.raw = sample
+        entry.out = self._sample(sample, entry, entry.cpu, entry.rss, denied)
+        return entry.out
+
     @staticmethod
     def _sample(sample: ProcessSample, entry: _Entry, cpu: float | None,
                 rss: int | None, denied: bool) -> ProcessSample:
@@ -162,10 +184,10 @@ class HostProcessReader:
     def _enrich_procfs(self, sample: ProcessSample, now: float) -> ProcessSample:
         pid = sample.pid
         entry = self._entries.get(pid)
-        if entry is not None and entry.cpu_at == now:  # already read this tick
+        if entry is not None and self._read_lately(entry, now):
             if entry.gone:
                 return self._gone(sample, now)
-            return self._sample(sample, entry, entry.cpu, entry.rss, entry.denied)
+            return self._again(sample, entry, entry.denied)
         ps = self._ps
         try:
             start, cpu_ticks, rss_pages = self._read_stat(pid)
@@ -196,7 +218,7 @@ class HostProcessReader:
         if entry.cpu_ticks is not None and now > entry.cpu_at:
             cpu = (cpu_ticks - entry.cpu_ticks) * self._tick_s / (now - entry.cpu_at) * 100.0
         entry.cpu_ticks, entry.cpu_at = cpu_ticks, now
-        entry.cpu, entry.rss = cpu, rss_pages * self._page
+        entry.cpu, entry.rss, entry.raw = cpu, rss_pages * self._page, None
         return self._sample(sample, entry, cpu, entry.rss, entry.denied)
 
     def _read_stat(self, pid: int) -> tuple[int, int, int]:
@@ -235,11 +257,10 @@ class HostProcessReader:
         ps = self._ps
         pid = sample.pid
         entry = self._entries.get(pid)
-        if entry is not None and entry.cpu_at == now:  # already read this tick
+        if entry is not None and self._read_lately(entry, now):
             if entry.gone:
                 return self._gone(sample, now)
-            return self._sample(sample, entry, entry.cpu, entry.rss,
-                                entry.denied or entry.rss is None)
+            return self._again(sample, entry, entry.denied or entry.rss is None)
         try:
             if entry is not None and self._reused(entry, pid):
                 # pid reuse: a new process behind a known pid gets fresh static
@@ -266,6 +287,7 @@ class HostProcessReader:
             cpu = mem = None
             entry.denied = True
         entry.cpu_at, entry.cpu, entry.rss = now, cpu, None if mem is None else mem.rss
+        entry.raw = None
         return self._sample(sample, entry, cpu, entry.rss, entry.denied or mem is None)
 
     def _reused(self, entry: _Entry, pid: int) -> bool:

@@ -59,13 +59,18 @@ class RemoteClient:
         """Every new snapshot, as the server makes them (a ``full`` frame, then
         patches); RemoteUnavailable when the stream ends."""
         encoded: dict[str, Any] | None = None
+        seq = None
         for frame in self.transport.frames():
             kind = frame.get("type")
             try:
                 if kind == "full":
-                    encoded = frame.get("snapshot")
+                    encoded, seq = frame.get("snapshot"), frame.get("seq")
                 elif kind == "delta" and encoded is not None:
-                    encoded = apply(encoded, frame.get("patch"))
+                    if seq is None or frame.get("seq") != seq + 1:
+                        # A frame went missing: a patch must not go on the wrong base.
+                        raise RemoteError(f"{self.url}: the stream skipped a snapshot",
+                                          "protocol")
+                    encoded, seq = apply(encoded, frame.get("patch")), frame["seq"]
                 else:
                     continue
                 yield decode_snapshot(encoded, self.url)

@@ -115,7 +115,7 @@ class HttpTransport:
         if status != 200:
             code = str(data.get("code") or "error")
             message = str(data.get("error") or f"HTTP {status}")
-            if code == "unauthorized" and not self.token:
+            if code == "unauthorized" and not self.token and "--token-file" not in message:
                 message += " (pass --token-file FILE or set VRAM_STEWARD_TOKEN)"
             raise RemoteError(f"{self.url}: {message}", code)
         if data.get("wire") != WIRE_VERSION:

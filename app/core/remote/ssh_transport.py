@@ -5,6 +5,11 @@ authentication and the host opens no port.
 The remote command is a shell command line (for a virtual environment:
 ``~/venv/bin/vram-steward``); `` serve --stdio`` is appended.  One reader
 thread hands answers to their callers by ``id`` and frames to the stream.
+
+``$VRAM_STEWARD_SSH_OPTIONS`` adds options to every ``ssh`` command, split
+as a shell would (``-F /etc/ssh/gpu-hosts -o ConnectTimeout=5``): ssh reads
+its config from the user's home as the password database names it, never
+``$HOME``, so this is how another config or key is chosen.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import itertools
 import json
 import os
 import queue
+import shlex
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -25,7 +31,11 @@ from app.core.serve.frames import KEEPALIVE_S
 from app.core.wire.snapshot import WIRE_VERSION, WireVersionError
 
 REMOTE_COMMAND_ENV = "VRAM_STEWARD_REMOTE_COMMAND"
+SSH_OPTIONS_ENV = "VRAM_STEWARD_SSH_OPTIONS"
 DEFAULT_REMOTE_COMMAND = "vram-steward"
+#: Frames held for a slow reader; past this they are dropped for a whole snapshot later.
+MAX_FRAMES = 256
+_GAP = {"type": "gap"}
 
 
 class SshTransport:
@@ -37,12 +47,14 @@ class SshTransport:
         remote = remote_command or os.environ.get(REMOTE_COMMAND_ENV) or DEFAULT_REMOTE_COMMAND
         target = f"{address.user}@{address.host}" if address.user else address.host
         port = ["-p", str(address.port)] if address.port is not None else []
+        extra = shlex.split(os.environ.get(SSH_OPTIONS_ENV, ""))
         self.command = [ssh, "-T", "-o", "BatchMode=yes", "-o", "Compression=yes", *port,
-                        *options, "--", target, f"{remote} serve --stdio"]
+                        *extra, *options, "--", target, f"{remote} serve --stdio"]
         self._ids = itertools.count(1)
         self._pending: dict[int, queue.Queue[dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-        self._frames: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=64)
+        self._lock = threading.Lock()  # the pending answers and the end
+        self._write_lock = threading.Lock()  # one request line at a time on ssh's stdin
+        self._frames: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=MAX_FRAMES)
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._hello: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=1)
         self._ended: str | None = None
@@ -123,7 +135,11 @@ class SshTransport:
         return answer.get("result")
 
     def frames(self) -> Iterator[dict[str, Any]]:
+        """The stream's frames.  Frames a slow reader could not take were
+        dropped: the server is asked for a whole snapshot, and patches are
+        skipped until it comes, so none lands on the wrong base."""
         self.call("subscribe")
+        lost = False
         while True:
             try:
                 frame = self._frames.get(timeout=KEEPALIVE_S * 2 + self.timeout_s)
@@ -131,7 +147,27 @@ class SshTransport:
                 raise RemoteUnavailable(f"{self.url} stopped answering") from None
             if frame is None:
                 raise RemoteUnavailable(f"{self.url}: {self._ended}")
+            if frame is _GAP:
+                lost = True
+                self.call("subscribe")
+                continue
+            if lost and frame.get("type") != "full":
+                continue
+            lost = False
             yield frame
+
+    def _offer_frame(self, frame: dict[str, Any]) -> None:
+        """Queue a frame without ever blocking the reader (answers to calls
+        come through it too); when full, drop what is queued for a gap mark."""
+        try:
+            self._frames.put_nowait(frame)
+        except queue.Full:
+            while True:
+                try:
+                    self._frames.get_nowait()
+                except queue.Empty:
+                    break
+            self._frames.put_nowait(_GAP)
 
     # -- threads ----------------------------------------------------------------
     def _send(self, data: dict[str, Any]) -> None:
@@ -139,7 +175,7 @@ class SshTransport:
         if proc is None or proc.stdin is None:
             raise RemoteUnavailable(f"{self.url}: not connected")
         try:
-            with self._lock:
+            with self._write_lock:
                 proc.stdin.write(json.dumps(data).encode() + b"\n")
                 proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
@@ -163,13 +199,13 @@ class SshTransport:
                 if box is not None:
                     self._offer(box, message)
             elif message.get("type") in ("full", "delta", "ping"):
-                try:
-                    self._frames.put(message, timeout=KEEPALIVE_S)
-                except queue.Full:  # nobody reads the stream: drop it, a "full" comes later
-                    pass
+                self._offer_frame(message)
         proc.wait()
         self._stderr_thread.join(timeout=1.0)
         why = f"the connection ended (ssh exit status {proc.returncode})" + self._why()
+        if proc.returncode == 127:  # the remote shell found no such command
+            why += (" (is VRAM Steward installed there? name its command with "
+                    f"--remote-command or ${REMOTE_COMMAND_ENV})")
         with self._lock:
             self._ended = why
             boxes = list(self._pending.values())

@@ -19,11 +19,13 @@ from typing import Any
 from app import __version__
 from app.agent.protocol import idle_unload_problem
 from app.core.agents.directory import AgentDirectory
+from app.core.agents.types import AgentEntry, AgentReport
 from app.core.control import terminate
 from app.core.control.requests import RECORD_MAX_S, TERMINATE_GRACE_S, RequestError, Terminate
 from app.core.serve.access import ANONYMOUS, CONTROL, READ, Caller
 from app.core.serve.engine import ServeEngine
 from app.core.serve.params import ApiError, Params
+from app.core.serve.state import ServeState
 from app.core.wire.codec import encode
 from app.core.wire.snapshot import WIRE_VERSION, encode_snapshot
 
@@ -33,6 +35,8 @@ READ_METHODS = frozenset({"hello", "snapshot", "agents", "history", "doctor"})
 CONTROL_METHODS = frozenset({"free_cache", "collect_garbage", "unload", "reload", "pin",
                              "set_idle_unload", "record", "terminate"})
 ACTION_TIMEOUT_S = 300.0
+#: How long ``agents`` waits for a fresh server's first poll of each agent.
+FIRST_POLL_WAIT_S = 3.0
 MAX_HISTORY_S = 30 * 86400.0
 
 
@@ -57,6 +61,8 @@ class ServerApi:
         else:
             raise ApiError(f"no method {method!r}", 404, "unknown_method")
         if not caller.may(scope):
+            if scope == CONTROL:
+                audit.info("%s: %s refused: no control scope", caller.who, method)
             if caller.uid is None and caller.user == ANONYMOUS:
                 raise ApiError(f"{method} needs a token with the {scope} scope: pass "
                                "--token-file FILE or set VRAM_STEWARD_TOKEN", 401,
@@ -82,7 +88,12 @@ class ServerApi:
                 "scopes": sorted(caller.scopes), "via": caller.via}
 
     def _snapshot(self, p: Params, caller: Caller) -> dict[str, Any]:
-        snapshot = self.engine.state().snapshot
+        state = self._first_tick()
+        if self.directory is not None and time.time() - state.started_at < FIRST_POLL_WAIT_S:
+            # A server started for this request (over SSH): its agents polled once first.
+            first_polls(self.directory)
+            state = self.engine.wait_newer(state.seq, 2.0)
+        snapshot = state.snapshot
         if snapshot is None:
             snapshot = self.engine.wait_newer(0, 5.0).snapshot
         if snapshot is None:
@@ -91,13 +102,15 @@ class ServerApi:
 
     def _agents(self, p: Params, caller: Caller) -> list[dict[str, Any]]:
         directory = self._need_directory()
-        reports = directory.reports()
+        self._first_tick()
+        entries, reports, errors = first_polls(directory)
         out = []
-        for entry in sorted(directory.entries(), key=lambda e: e.pid):
+        for entry in sorted(entries, key=lambda e: e.pid):
             report = reports.get(entry.pid)
             out.append({"entry": public_entry(entry),
                         "report": None if report is None else encode(report),
-                        "error": None if report is not None else "no report yet"})
+                        "error": None if report is not None
+                        else errors.get(entry.pid, "no report yet")})
         return out
 
     def _history(self, p: Params, caller: Caller) -> list[dict[str, Any]]:
@@ -193,6 +206,11 @@ class ServerApi:
         audit.info("%s: terminate pid %d -> %s", caller.who, pid, outcome.outcome.value)
         return {"pid": pid, "label": action.label, **encode(outcome)}
 
+    def _first_tick(self) -> ServeState:
+        """The engine's state once it has ticked (a server just started)."""
+        state = self.engine.state()
+        return state if state.seq else self.engine.wait_newer(0, 5.0)
+
     def _check_owner(self, pid: int, caller: Caller) -> None:
         if self.engine.collector.source.name == "demo" and caller.uid is not None:
             return  # simulated processes: the demo's agents change nothing real
@@ -207,6 +225,21 @@ class ServerApi:
         if self.directory is None:
             raise ApiError("this server reads no agents", 404, "no_agents")
         return self.directory
+
+
+def first_polls(directory: AgentDirectory, wait_s: float = FIRST_POLL_WAIT_S
+                ) -> tuple[list[AgentEntry], dict[int, AgentReport], dict[int, str]]:
+    """The directory's entries, reports and polling errors once each agent has
+    been asked once (waiting at most ``wait_s``): a server started for one
+    request, as over SSH, would otherwise answer before its first polls."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        reports, errors = directory.reports(), directory.errors()
+        entries = directory.entries()
+        if all(e.pid in reports or e.pid in errors for e in entries) \
+                or time.monotonic() >= deadline:
+            return entries, reports, errors
+        time.sleep(0.05)
 
 
 def public_entry(entry: Any) -> dict[str, Any]:

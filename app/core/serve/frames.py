@@ -29,24 +29,35 @@ class Frames:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seq = -1
-        self._full: bytes = b""
+        self._full: bytes | None = None
         self._delta: bytes | None = None
         self._encoded: dict[str, Any] | None = None
 
-    def for_state(self, state: ServeState) -> tuple[bytes, bytes | None]:
-        """(full frame, delta frame from ``state.seq - 1`` or None) for ``state``."""
+    def delta(self, state: ServeState) -> bytes | None:
+        """The patch frame from ``state.seq - 1`` to ``state`` (None: no previous)."""
         with self._lock:
-            if state.seq != self._seq and state.snapshot is not None:
-                encoded = encode_snapshot(state.snapshot)
-                previous, was = self._encoded, self._seq
-                self._full = line({"wire": WIRE_VERSION, "type": "full", "seq": state.seq,
-                                   "snapshot": encoded})
-                self._delta = None
-                if previous is not None and was == state.seq - 1:
-                    self._delta = line({"type": "delta", "seq": state.seq,
-                                        "patch": diff(previous, encoded)})
-                self._encoded, self._seq = encoded, state.seq
-            return self._full, self._delta
+            self._advance(state)
+            return self._delta
+
+    def full(self, state: ServeState) -> bytes:
+        """The whole snapshot's frame (made only when a client needs one)."""
+        with self._lock:
+            self._advance(state)
+            if self._full is None:
+                self._full = line({"wire": WIRE_VERSION, "type": "full", "seq": self._seq,
+                                   "snapshot": self._encoded})
+            return self._full
+
+    def _advance(self, state: ServeState) -> None:
+        if state.seq == self._seq or state.snapshot is None:
+            return
+        encoded = encode_snapshot(state.snapshot)
+        previous, was = self._encoded, self._seq
+        self._full = self._delta = None
+        if previous is not None and was == state.seq - 1:
+            self._delta = line({"type": "delta", "seq": state.seq,
+                                "patch": diff(previous, encoded)})
+        self._encoded, self._seq = encoded, state.seq
 
 
 class StreamWriter:
@@ -66,10 +77,14 @@ class StreamWriter:
         if state.seq == self._seq:
             data = line({"type": "ping", "seq": state.seq})
         else:
-            full, delta = self._frames.for_state(state)
-            data = delta if delta is not None and self._seq == state.seq - 1 else full
+            delta = self._frames.delta(state) if self._seq == state.seq - 1 else None
+            data = delta if delta is not None else self._frames.full(state)
             self._seq = state.seq
         return self._pack(data)
+
+    def restart(self) -> None:
+        """Send a whole snapshot next (the client lost its place)."""
+        self._seq = None
 
     @property
     def seq(self) -> int:

@@ -75,11 +75,15 @@ class ServeHttp(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                                b"Connection: close\r\n\r\n")
-            except OSError:
-                pass
+            # Full: said in plain HTTP, never waiting on the peer (a TLS peer has not
+            # even shaken hands yet: it is only closed).  This runs on the accepting thread.
+            if not isinstance(request, ssl.SSLSocket):
+                try:
+                    request.setblocking(False)
+                    request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                 b"Connection: close\r\n\r\n")
+                except OSError:
+                    pass
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
@@ -95,10 +99,40 @@ class ServeHttp(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """One connection.  A request must arrive whole within ``REQUEST_TIMEOUT_S``
+    (a peer trickling a byte at a time is cut off), and so must each next
+    request on a kept-alive connection."""
+
     server: ServeHttp
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT_S
     server_version = f"vram-steward/{__version__}"
+    _deadline: threading.Timer | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        self._arm()
+
+    def finish(self) -> None:
+        self._disarm()
+        super().finish()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = threading.Timer(REQUEST_TIMEOUT_S, self._too_slow)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -112,9 +146,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, verb: str) -> None:
         try:
+            self._serve_one(verb)
+        finally:
+            self._arm()  # the next request on this connection has its own deadline
+
+    def _serve_one(self, verb: str) -> None:
+        try:
             if not self.server.rate.allow(self.client_address[0]):
                 raise ApiError("too many requests: slow down", 429, "rate_limited")
             path = urlsplit(self.path).path
+            if verb == "GET":
+                self._disarm()  # the request is whole: answering may take long (a stream)
             self._check_wire()
             if verb == "GET" and path == "/":
                 return self._landing()
@@ -174,6 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise ApiError(f"request body over {MAX_BODY_BYTES} bytes", 413, "too_large")
         raw = self.rfile.read(length)
+        self._disarm()  # whole: an action may take minutes
         try:
             body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

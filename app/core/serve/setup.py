@@ -18,9 +18,11 @@ log = logging.getLogger("app.serve")
 
 
 def build_engine(source: GpuSource, period_s: float = 0.25, history: bool = True,
-                 auto_unload: bool = True) -> ServeEngine:
+                 auto_unload: bool | None = None) -> ServeEngine:
     """An engine on ``source`` with its agents (the demo's or the real ones),
-    the pressure policy (``auto_unload``) and, for real GPUs, the history
+    the pressure policy (``auto_unload``; None: on, except for a server that
+    reads every user's agents: it unloads nobody's models unless told to, as
+    control follows identity) and, for real GPUs, the history
     recorder (``history``; the single-writer lock decides between this and a
     window on the same host)."""
     import os
@@ -31,8 +33,12 @@ def build_engine(source: GpuSource, period_s: float = 0.25, history: bool = True
         from app.core.agents.hub import AgentHub
 
         agents: AgentDirectory = AgentHub(all_users=True)  # the system service: every user's
+        if auto_unload is None:
+            auto_unload = False
     else:
         agents = default_agents_for(source)
+    if auto_unload is None:
+        auto_unload = True
     recorder = None
     if history and source.name == "nvml":
         recorder = _recorder()

@@ -46,6 +46,7 @@ class StdioServer:
         self._write_lock = threading.Lock()
         self._running = threading.BoundedSemaphore(MAX_RUNNING)
         self._streaming = False
+        self._writer = StreamWriter(Frames(), deflate=False)
         self.closed = threading.Event()
 
     def run(self) -> None:
@@ -110,17 +111,19 @@ class StdioServer:
             self._running.release()
 
     def _subscribe(self, ident: Any) -> None:
+        """Start the stream; once started, a whole snapshot next (a client that
+        lost frames asks again to find its place)."""
+        self._send({"wire": WIRE_VERSION, "id": ident, "result": {"subscribed": True}})
         if self._streaming:
-            self._error(ident, ApiError("already subscribed", 409, "busy"))
+            self._writer.restart()
             return
         self._streaming = True
-        self._send({"wire": WIRE_VERSION, "id": ident, "result": {"subscribed": True}})
         threading.Thread(target=self._stream, daemon=True, name="vram-steward-stdio-stream"
                          ).start()
 
     def _stream(self) -> None:
         engine = self.api.engine
-        writer = StreamWriter(Frames(), deflate=False)
+        writer = self._writer
         state = engine.state()
         try:
             while not engine.stopped and not self.closed.is_set():

@@ -146,3 +146,9 @@ def test_serve_never_imports_qt(state):
                           capture_output=True, text=True, env=env(state), cwd=ROOT, timeout=60)
     assert done.stderr.strip().endswith("0 []"), done.stderr
     assert json.loads(done.stdout.splitlines()[0])["type"] == "hello"
+
+
+@pytest.mark.parametrize("period", ["0.01", "60", "fast"])
+def test_the_period_has_the_windows_bounds(state, period):
+    result = cli(state, "serve", "--demo", "--period", period)
+    assert result.returncode == 2 and "--period" in result.stderr

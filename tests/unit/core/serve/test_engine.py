@@ -46,3 +46,30 @@ def test_notices_are_told_once(monkeypatch):
     engine.wait_newer(3, 5.0)
     engine.stop()
     assert told == ["/tmp/x is a symlink"]
+
+
+class _Gpus:
+    """A source named as NVML's (no driver needed: nothing is read here)."""
+
+    name = "nvml"
+    wants_host_details = False
+
+
+def test_a_server_for_every_user_unloads_nobodys_models_unless_told(monkeypatch):
+    from app.core.monitor.source import GpuSource
+    from app.core.serve.setup import build_engine
+
+    class Source(_Gpus, GpuSource):
+        def open(self):
+            pass
+
+        def read(self):
+            return ()
+
+    monkeypatch.setattr("os.getuid", lambda: 0)
+    root = build_engine(Source(), history=False)
+    assert root.agents.all_users and root.collector.policy is None
+    assert build_engine(Source(), history=False, auto_unload=True).collector.policy is not None
+    monkeypatch.setattr("os.getuid", lambda: 1000)
+    user = build_engine(Source(), history=False)
+    assert not user.agents.all_users and user.collector.policy is not None

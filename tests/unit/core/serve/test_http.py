@@ -172,3 +172,80 @@ def test_landing_page_and_unknown_paths(server):
     status, _, body = raw(server, "GET", "/")
     assert status == 200 and b"/metrics" in body
     assert raw(server, "GET", "/nothing")[0] == 404
+
+
+def test_a_request_trickled_byte_by_byte_is_cut_off(server, monkeypatch):
+    import socket
+    import time
+
+    monkeypatch.setattr(serve_http, "REQUEST_TIMEOUT_S", 0.6)
+    sock = socket.create_connection(server.server_address[:2], timeout=5)
+    sock.sendall(b"GET / HTTP/1.1\r\n")
+    started = time.monotonic()
+    closed = False
+    while time.monotonic() - started < 5:
+        try:
+            sock.sendall(b"X")
+        except OSError:
+            closed = True
+            break
+        time.sleep(0.1)
+        sock.setblocking(False)
+        try:
+            if sock.recv(1) == b"":
+                closed = True
+                break
+        except BlockingIOError:
+            pass
+        finally:
+            sock.setblocking(True)
+    sock.close()
+    assert closed and time.monotonic() - started < 3
+    assert raw(server, "GET", "/api/v1/hello")[0] == 200  # others are still served
+
+
+def test_a_refused_action_is_in_the_audit_log(server, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="app.serve.audit")
+    with pytest.raises(RemoteError):
+        client(server, READ_TOKEN).free_cache(18822, 5.0)
+    assert any("dashboards via http: free_cache refused" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_tls_server_that_is_full_closes_new_connections_at_once(demo_engine, tmp_path):
+    import shutil
+    import socket
+    import ssl
+    import subprocess
+    import time
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (apt package openssl)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out",
+                    str(cert)], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd = ServeHttp(("127.0.0.1", 0), ServerApi(demo_engine), [], open_read=True, tls=context)
+    httpd._slots = threading.BoundedSemaphore(1)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        idle = socket.create_connection(httpd.server_address[:2])  # holds the one slot
+        time.sleep(0.2)
+        silent = [socket.create_connection(httpd.server_address[:2]) for _ in range(3)]
+        for sock in silent:  # never shake hands: closed, and the accepting thread goes on
+            sock.settimeout(3)
+            assert sock.recv(1) == b""
+        idle.close()
+        time.sleep(0.2)
+        transport = HttpTransport(parse_address(httpd.url.replace("http:", "https:")),
+                                  ca_file=str(cert), timeout_s=5)
+        assert RemoteClient(transport).hello()["app"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
