@@ -72,9 +72,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"{APP_NAME}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     from app.cli.status import make_source
+    from app.core.serve.engine import HOST_REFRESH_S
     from app.core.serve.setup import build_api, build_engine
 
-    source = make_source(args.demo, args.seed, size=args.demo_size)
+    source = make_source(args.demo, args.seed, size=args.demo_size, refresh_s=HOST_REFRESH_S)
     engine = build_engine(source, args.period, history=not args.no_history,
                           auto_unload=args.auto_unload)
     api = build_api(engine)

@@ -18,14 +18,17 @@ if TYPE_CHECKING:
     from app.core.monitor.source import GpuSource
 
 
-def make_source(demo: bool, seed: int = 7, size: tuple[int, int] | None = None) -> GpuSource:
+def make_source(demo: bool, seed: int = 7, size: tuple[int, int] | None = None,
+                refresh_s: float = 0.0) -> GpuSource:
+    """The demo's or NVML's; ``refresh_s``: per-process SM % asked of the
+    driver at most this often (a headless server's once a second)."""
     if demo:
         from app.core.monitor.demo_source import demo_source
 
         return demo_source(size, seed)
     from app.core.monitor.nvml_source import NvmlSource
 
-    return NvmlSource()
+    return NvmlSource(sm_refresh_s=refresh_s)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -174,11 +174,12 @@ class HostProcessReader:
     @staticmethod
     def _sample(sample: ProcessSample, entry: _Entry, cpu: float | None,
                 rss: int | None, denied: bool) -> ProcessSample:
-        return sample._replace(
-            name=entry.name, user=entry.user, command=entry.command,
-            cpu_percent=None if cpu is None else round(cpu, 1), host_rss=rss,
-            create_time=entry.create_time, container=entry.container,
-            host_status=HostStatus.ACCESS_DENIED if denied else HostStatus.OK)
+        # Built whole (``_replace`` costs three times as much, 500 times a tick).
+        return ProcessSample(
+            sample.pid, sample.gpu_memory, sample.sm_util, sample.kind, entry.name,
+            entry.user, entry.command, None if cpu is None else round(cpu, 1), rss,
+            entry.create_time, HostStatus.ACCESS_DENIED if denied else HostStatus.OK,
+            entry.container)
 
     # ------------------------------------------------------- /proc path
     def _enrich_procfs(self, sample: ProcessSample, now: float) -> ProcessSample:

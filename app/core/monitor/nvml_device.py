@@ -19,7 +19,7 @@ class NvmlDevice:
 
     __slots__ = (
         "index", "mig_index", "handle", "name", "uuid", "memory_total", "power_limit",
-        "mem_version", "procs", "procs_fallback", "last_ts", "sm", "sm_at", "sm_first",
+        "mem_version", "procs", "procs_fallback", "last_ts", "sm", "sm_at", "sm_first", "sm_asked",
         "skip", "notes", "error", "is_mig", "mig_parent", "temperature_v", "buffers",
     )
 
@@ -40,6 +40,7 @@ class NvmlDevice:
         self.sm: dict[int, float] = {}  # pid -> last SM % seen (kept across NOT_FOUND)
         self.sm_at: dict[int, float] = {}  # pid -> monotonic time that value arrived
         self.sm_first: dict[int, float] = {}  # pid -> monotonic time first listed
+        self.sm_asked = float("-inf")  # monotonic time the driver was last asked for SM %
         self.skip: set[str] = set()  # fields never to ask for again
         self.notes: dict[str, str] = {}  # notes that hold on every tick
         self.error: str | None = None  # permanent failure found in open()

@@ -107,10 +107,13 @@ def process_list(nvml: Any, name: str, handle: Any, buffers: dict[str, Buffer]
     if buf is None:
         buf = buffers[name] = Buffer(getattr(nvml, _PROCESS_STRUCTS[name]))
     n = fill(nvml, buf, lambda array, count: fn(handle, count, array))
+    # The struct's own field descriptors: the bindings' __getattribute__ (which
+    # formats fields for printing) costs more than the driver call at 500 entries.
+    pid_of, used_of = buf.struct.pid.__get__, buf.struct.usedGpuMemory.__get__
     out = []
     for entry in buf.array[:n]:
-        used = entry.usedGpuMemory
-        out.append((entry.pid, None if used >= _VALUE_NOT_AVAILABLE else used))
+        used = used_of(entry)
+        out.append((pid_of(entry), None if used >= _VALUE_NOT_AVAILABLE else used))
     return out
 
 

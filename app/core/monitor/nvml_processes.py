@@ -59,7 +59,10 @@ class ProcessReader:
     """
 
     def __init__(self, nvml: Any, errors: tuple[type[BaseException], ...], direct: bool,
-                 driver: str | None) -> None:
+                 driver: str | None, sm_refresh_s: float = 0.0) -> None:
+        """``sm_refresh_s``: the driver is asked for SM % at most this often
+        (0: every tick); in between, the figures last seen stand."""
+        self._sm_refresh_s = sm_refresh_s
         self._nvml = nvml
         self._errors = errors
         self._direct = direct
@@ -169,6 +172,10 @@ class ProcessReader:
         """
         if "sm_util" in dev.skip:
             return {}
+        now = time.monotonic()
+        if now - dev.sm_asked < self._sm_refresh_s:
+            return _current_sm(dev, pids)
+        dev.sm_asked = now
         nvml = self._nvml
         samples: Any = ()
         try:

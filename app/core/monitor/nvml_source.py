@@ -66,7 +66,10 @@ class NvmlSource(GpuSource):
 
     name = "nvml"
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Any = None, sm_refresh_s: float = 0.0) -> None:
+        """``sm_refresh_s``: per-process SM % asked of the driver at most this
+        often (0: every read; a headless server asks once a second)."""
+        self._sm_refresh_s = sm_refresh_s
         self._nvml = nvml  # pynvml-like module; imported in open() when None
         self._initialised = False
         self._devices: list[NvmlDevice] = []
@@ -114,7 +117,8 @@ class NvmlSource(GpuSource):
         self._driver_lost = None
         try:
             self._driver = self._fetch_driver_version()
-            self._processes = ProcessReader(nvml, self._errors, self._direct, self._driver)
+            self._processes = ProcessReader(nvml, self._errors, self._direct, self._driver,
+                                            self._sm_refresh_s)
             count = nvml.nvmlDeviceGetCount()
             if count <= 0:
                 raise SourceUnavailable("No NVIDIA GPU found", "no_gpu")

@@ -24,7 +24,8 @@ from app.core.store.recorder import HistoryRecorder
 
 log = logging.getLogger(__name__)
 
-#: Seconds a process's host figures are kept between reads of /proc.
+#: Seconds a process's host figures (CPU %, RSS) and its SM % are kept between
+#: reads of /proc and of the driver's samples (NVML's memory figures: every tick).
 HOST_REFRESH_S = 1.0
 
 
