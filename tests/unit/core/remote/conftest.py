@@ -15,7 +15,7 @@ TOKEN = "k" * 24
 
 
 @pytest.fixture
-def demo_server(demo_engine):  # noqa: F811 (the fixture above)
+def demo_server(demo_engine):
     grants = parse_tokens(f"{TOKEN} {own_user()[0]} read,control\n")
     httpd = ServeHttp(("127.0.0.1", 0), ServerApi(demo_engine), grants, open_read=True)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
