@@ -74,6 +74,8 @@ class HostProcessReader:
         figures of that read (0: read every tick).  A headless server reads
         its processes once a second while it samples NVML four times."""
         self.refresh_s = refresh_s
+        # driver rows -> (when the oldest of their reads was made, the joined rows)
+        self._joined: dict[tuple[ProcessSample, ...], tuple[float, tuple[ProcessSample, ...]]] = {}
         if proc_root is None and psutil_module is None and sys.platform.startswith("linux") \
                 and os.path.exists("/proc/self/stat"):
             proc_root = "/proc"
@@ -98,6 +100,22 @@ class HostProcessReader:
         would be noise)."""
         if now is None:
             now = time.monotonic()
+        if self.refresh_s <= 0:
+            return self._join(processes, now)
+        # The same driver rows as a moment ago, none of them due for a read:
+        # the same joined rows (one comparison instead of a join per process).
+        key = tuple(processes)
+        hit = self._joined.get(key)
+        if hit is not None and now - hit[0] < self.refresh_s:
+            return list(hit[1])
+        out = self._join(key, now)
+        reads = [self._entries[p.pid].cpu_at for p in key if p.pid in self._entries]
+        due_from = min(reads) if len(reads) == len(key) else now - self.refresh_s
+        self._joined = {k: v for k, v in self._joined.items() if now - v[0] < self.refresh_s}
+        self._joined[key] = (due_from, tuple(out))
+        return out
+
+    def _join(self, processes: Iterable[ProcessSample], now: float) -> list[ProcessSample]:
         if self._proc_root is None:
             return [self._enrich_psutil(p, now) for p in processes]
         return [self._enrich_procfs(p, now) for p in processes]

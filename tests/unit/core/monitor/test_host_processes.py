@@ -581,3 +581,23 @@ def test_an_odd_proc_answer_for_one_pid_leaves_only_its_figures_unknown(tmp_path
     assert odd.host_rss is None and odd.cpu_percent is None and odd.name == "python"
     assert odd.host_status is HostStatus.OK  # still there: not "exited"
     assert fine.host_status is HostStatus.OK and fine.host_rss is not None
+
+
+@linux_only
+def test_with_a_refresh_period_each_process_is_read_once_per_period(spawn, monkeypatch):
+    """A headless server reads /proc once a second per process while it ticks
+    four times: in between, the rows are the last read's; a row the driver
+    changed (its GPU memory) is joined again from the same figures."""
+    children = [spawn() for _ in range(2)]
+    reader = HostProcessReader(refresh_s=1.0)
+    samples = [gpu_proc(c.pid) for c in children]
+    first = reader.enrich(samples, now=100.0)
+    opened = record_opens(monkeypatch)
+    assert reader.enrich(samples, now=100.5) == first and opened == []
+    grown = [samples[0]._replace(gpu_memory=samples[0].gpu_memory + 1), samples[1]]
+    again = reader.enrich(grown, now=100.6)
+    assert opened == [] and again[0].gpu_memory == grown[0].gpu_memory
+    assert again[0]._replace(gpu_memory=first[0].gpu_memory) == first[0]
+    later = reader.enrich(samples, now=101.1)  # a second on: read again, with a CPU %
+    assert opened == [f"/proc/{c.pid}/stat" for c in children]
+    assert all(p.cpu_percent is not None for p in later)
