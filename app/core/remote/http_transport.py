@@ -55,10 +55,11 @@ class HttpTransport:
 
     def frames(self) -> Iterator[dict[str, Any]]:
         """The stream's frames, as they come; RemoteUnavailable when it ends."""
-        conn = self._connect(KEEPALIVE_S * 2 + self.timeout_s)
+        wait_s = KEEPALIVE_S * 2 + self.timeout_s  # a ping comes every KEEPALIVE_S
+        conn = self._connect(wait_s)
         self._streams.add(conn)
         try:
-            with self._errors():
+            with _Translate(self.url, wait_s):
                 conn.request("GET", "/api/v1/stream", headers=self._headers(
                     {"Accept-Encoding": "deflate"}))
                 resp = conn.getresponse()
