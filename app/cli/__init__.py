@@ -19,7 +19,7 @@ import os
 import sys
 
 from app import APP_NAME, __version__
-from app.cli import agents, doctor, gui, history, models, record, run, serve, status
+from app.cli import agent_env, agents, doctor, gui, history, models, record, run, serve, status
 from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, new_command
 from app.cli.demo_option import DemoAction, attach_scenarios
 from app.cli.remote import REMOTE_COMMANDS, add_remote_options
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     status.register(sub, common)
     run.register(sub)
+    agent_env.register(sub)
     agents.register(sub, common)
     models.register(sub, common)
     doctor.register(sub, common)
