@@ -42,11 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         python = agent_install.env_python(str(env_dir))
         variables = {k: v for k, v in os.environ.items()
                      if k not in ("PYTHONPATH", "VRAM_STEWARD_AGENT")}
-        variables["VRAM_STEWARD_STATE_DIR"] = str(Path(tmp) / "state")
-        os.makedirs(variables["VRAM_STEWARD_STATE_DIR"], mode=0o700)
-        os.environ["VRAM_STEWARD_STATE_DIR"] = variables["VRAM_STEWARD_STATE_DIR"]
         env = agent_install.probe(python)
-        agent_install.install(env)
+        agent_install.install(env, keep_record=False)
         pth = Path(env.site) / agent_install.PTH_NAME
         off = pth.with_suffix(".off")
         for _ in range(5):  # warm the page cache and the bytecode of both paths
@@ -60,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         threads = subprocess.run([python, "-c", "import threading, sys; print(threading."
                                   "active_count(), 'vram_steward_agent' in sys.modules)"],
                                  capture_output=True, text=True, env=variables, check=True)
-        agent_install.uninstall(env)
+        agent_install.uninstall(env, keep_record=False)
     figures = {"runs": args.runs, "with_hook_ms": statistics.median(with_hook) * 1000,
                "without_ms": statistics.median(without) * 1000,
                "threads_with_hook": int(threads.stdout.split()[0]),

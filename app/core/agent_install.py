@@ -103,8 +103,9 @@ def installed(env: Environment) -> bool:
     return os.path.isfile(os.path.join(env.site, PTH_NAME))
 
 
-def install(env: Environment) -> list[str]:
-    """Put the hook and the agent into ``env``; the paths written."""
+def install(env: Environment, keep_record: bool = True) -> list[str]:
+    """Put the hook and the agent into ``env``; the paths written.
+    ``keep_record``: list it for ``agent status`` (the state folder)."""
     check(env)
     files = os.path.join(env.site, FILES_DIR)
     _remove_tree(files)  # an older copy: replaced whole
@@ -117,11 +118,12 @@ def install(env: Environment) -> list[str]:
                    capture_output=True, timeout=60)
     with open(os.path.join(env.site, PTH_NAME), "w", encoding="utf-8") as f:
         f.write("import vram_steward_hook\n")  # last: no process sees half an install
-    remember(env)
+    if keep_record:
+        remember(env)
     return [os.path.join(env.site, n) for n in (PTH_NAME, HOOK_NAME, FILES_DIR)]
 
 
-def uninstall(env: Environment) -> list[str]:
+def uninstall(env: Environment, keep_record: bool = True) -> list[str]:
     """Remove what ``install`` put there (the .pth first: no new process
     starts the hook meanwhile); the paths removed."""
     removed = []
@@ -141,7 +143,8 @@ def uninstall(env: Environment) -> list[str]:
     files = os.path.join(env.site, FILES_DIR)
     if _remove_tree(files):
         removed.append(files)
-    forget(env)
+    if keep_record:
+        forget(env)
     return removed
 
 

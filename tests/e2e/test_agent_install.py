@@ -171,3 +171,66 @@ def test_spawned_workers_behave_as_under_run(installed):
                           env=variables, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"parent": True, "children": [False, False]}
+
+
+def test_a_jupyter_kernel_has_the_agent_without_load_ext(installed):
+    """A real kernel, started by jupyter_client with the environment's Python as a
+    notebook server starts one."""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    pytest.importorskip("ipykernel")
+    env, variables, _, tmp_path = installed
+    manager = jupyter_client.KernelManager()
+    manager.kernel_spec.argv = [python_of(env), "-m", "ipykernel_launcher", "-f",
+                                "{connection_file}"]
+    manager.start_kernel(env=variables, cwd=str(tmp_path))
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        outputs = []
+        client.execute_interactive(
+            "import os, sys, torch\nmodel = torch.nn.Linear(32, 32).eval()\n"
+            "print(os.getpid(), 'vram_steward_agent' in sys.modules)",
+            timeout=60, output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
+        pid_text, loaded = "".join(outputs).split()
+        assert loaded == "True"
+        agents = wait_agent(variables, int(pid_text))
+        assert int(pid_text) in {a["pid"] for a in agents}
+        models = [m for m in json.loads(app(variables, "models", "--json").stdout)
+                  if m["pid"] == int(pid_text)]
+        done = app(variables, "unload", "--pid", pid_text, "--model", models[0]["id"], "--json")
+        assert json.loads(done.stdout)["ok"], done.stdout
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_torchrun_workers_have_the_agent(installed):
+    env, variables, _, tmp_path = installed
+    (tmp_path / "worker.py").write_text(textwrap.dedent("""
+        import json, os, sys, time, torch
+        model = torch.nn.Linear(16, 16).eval()
+        rank = os.environ["RANK"]
+        with open(f"worker-{rank}.json", "w") as f:
+            json.dump({"pid": os.getpid(), "agent": "vram_steward_agent" in sys.modules}, f)
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
+    """))
+    stop = tmp_path / "stop-workers"
+    proc = subprocess.Popen([python_of(env), "-m", "torch.distributed.run", "--standalone",
+                             "--nproc_per_node", "1", "worker.py", str(stop)],
+                            env=variables, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        report = tmp_path / "worker-0.json"
+        deadline = time.monotonic() + 60
+        while not report.exists() or not report.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, "no worker started"
+            time.sleep(0.1)
+        time.sleep(0.2)
+        worker = json.loads(report.read_text())
+        assert worker["agent"] is True
+        assert worker["pid"] in {a["pid"] for a in wait_agent(variables, worker["pid"])}
+    finally:
+        stop.write_text("stop")
+        proc.wait(60)

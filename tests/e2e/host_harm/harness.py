@@ -295,9 +295,11 @@ class _Child:
 
 
 def run_pattern(pattern: str, with_agent: bool, timeout_s: float = RUN_TIMEOUT_S,
-                inductor_cache: str | None = None) -> RunResult:
+                inductor_cache: str | None = None, python: str | None = None) -> RunResult:
     """One run of ``pattern``; never raises for anything the child does
-    (``CannotRun`` when the cache tmpfs it declares cannot be mounted)."""
+    (``CannotRun`` when the cache tmpfs it declares cannot be mounted).
+    ``python``: the agent run's interpreter, an environment the agent was
+    installed into (``agent install``), started as is instead of under ``run``."""
     base = Path(tempfile.mkdtemp(prefix="vshh", dir="/tmp"))  # short: AF_UNIX path limit
     mib = cache_tmpfs_mib(pattern)
     mounted = False
@@ -306,7 +308,7 @@ def run_pattern(pattern: str, with_agent: bool, timeout_s: float = RUN_TIMEOUT_S
         if mib is not None:
             mount_tmpfs(base / "cache", mib)
             mounted = True
-        return _run_child(pattern, with_agent, base, env, timeout_s)
+        return _run_child(pattern, with_agent, base, env, timeout_s, python)
     finally:
         if mounted:
             unmount(base / "cache")
@@ -314,11 +316,13 @@ def run_pattern(pattern: str, with_agent: bool, timeout_s: float = RUN_TIMEOUT_S
 
 
 def _run_child(pattern: str, with_agent: bool, base: Path, env: dict[str, str],
-               timeout_s: float) -> RunResult:
+               timeout_s: float, python: str | None = None) -> RunResult:
     """The child of one run, driven to its end; what it left is read before ``base`` goes."""
     out = RunResult("agent" if with_agent else "baseline")
     argv = [sys.executable, str(RUNNER), pattern, str(base / "work")]
-    if with_agent:
+    if with_agent and python is not None:
+        argv = [python, *argv[1:]]  # the environment's own hook loads the agent
+    elif with_agent:
         argv = [sys.executable, str(ROOT / "main.py"), "run", "--", *argv]
     side = AgentSide(env["VRAM_STEWARD_RUNTIME_DIR"]) if with_agent else None
     started = time.monotonic()
@@ -458,12 +462,13 @@ class Pair:
 
 
 def run_pair(pattern: str, timeout_s: float = RUN_TIMEOUT_S,
-             inductor_cache: str | None = None) -> Pair:
-    """Both runs of ``pattern``, concurrently (``CannotRun``: neither ran)."""
+             inductor_cache: str | None = None, python: str | None = None) -> Pair:
+    """Both runs of ``pattern``, concurrently (``CannotRun``: neither ran);
+    ``python``: see :func:`run_pattern`."""
     mib = cache_tmpfs_mib(pattern)
     if mib is not None:
         require_root(mib)
     with ThreadPoolExecutor(max_workers=2) as pool:
         baseline = pool.submit(run_pattern, pattern, False, timeout_s, inductor_cache)
-        agent = pool.submit(run_pattern, pattern, True, timeout_s, inductor_cache)
+        agent = pool.submit(run_pattern, pattern, True, timeout_s, inductor_cache, python)
         return Pair(baseline.result(), agent.result(), expected_status(pattern))

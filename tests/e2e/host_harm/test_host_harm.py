@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,44 @@ def test_pattern_behaves_the_same_under_the_agent(pattern: str, inductor_cache: 
         pytest.skip(f"needs {', '.join(missing)}")
     try:
         pair = harness.run_pair(pattern, inductor_cache=inductor_cache)
+    except harness.CannotRun as exc:
+        pytest.skip(str(exc))
+    report = verdict.judge(pair)
+    if report:
+        pytest.fail(report, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def installed_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh virtualenv with the agent installed (``agent install``) and this
+    test environment's packages reachable: the agent comes through the
+    environment's hook, with no launcher."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    from app.core import agent_install
+
+    root = tmp_path_factory.mktemp("installed")
+    env_dir = root / "env"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv",
+                    "--without-pip", str(env_dir)], check=True)
+    env = agent_install.probe(agent_install.env_python(str(env_dir)))
+    agent_install.install(env, keep_record=False)
+    (Path(env.site) / "zz_test_packages.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n" + str(harness.ROOT) + "\n")
+    return env.python
+
+
+@pytest.mark.parametrize("pattern", harness.pattern_names())
+def test_pattern_behaves_the_same_with_the_agent_installed(pattern: str, inductor_cache: str,
+                                                          installed_python: str) -> None:
+    """The same corpus, the agent loaded by ``agent install``'s hook instead of ``run``."""
+    missing = _missing(harness.pattern_requirements(pattern))
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+    try:
+        pair = harness.run_pair(pattern, inductor_cache=inductor_cache, python=installed_python)
     except harness.CannotRun as exc:
         pytest.skip(str(exc))
     report = verdict.judge(pair)
