@@ -234,3 +234,14 @@ def test_torchrun_workers_have_the_agent(installed):
     finally:
         stop.write_text("stop")
         proc.wait(60)
+
+
+def test_a_broken_install_never_breaks_import_torch(installed):
+    """The agent's copy damaged (a file gone): torch imports as before, nothing is
+    printed, the process ends normally."""
+    env, variables, _, tmp_path = installed
+    files = site_of(env) / "vram_steward_agent_files"
+    (files / "runtime.py").unlink()
+    done = subprocess.run([python_of(env), "-c", "import torch; print(torch.ones(2).sum().item())"],
+                          capture_output=True, text=True, env=variables, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "2.0" and done.stderr == ""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.agents.types import AgentReport
 from app.core.diagnosis import advice as rules
 from app.core.diagnosis import findings
+from app.core.diagnosis.agentless import AgentlessEnv, AgentlessFinder, no_agent
 from app.core.diagnosis.forecast import FullSoon, seconds_to_full
 from app.core.diagnosis.oom_report import LeakHint, build_report, report_id
 from app.core.diagnosis.step_growth import StepConfig, StepGrowth, step_growth
@@ -99,6 +100,7 @@ class Doctor:
         self._seen_ooms: collections.OrderedDict[tuple[int, float | None, int], None] = \
             collections.OrderedDict()
         self._tf = TfDetector()
+        self._agentless = AgentlessFinder()
         self._last_eval: float | None = None
         self._diagnoses: tuple[Diagnosis, ...] = ()
         #: OOM reports made in this run, oldest first (bounded).
@@ -216,12 +218,26 @@ class Doctor:
                 report = snapshot.agents.get(proc.pid)
                 out.extend(self._process(gpu, gkey, proc, report, now, growers, caches))
             out.extend(self._forecast(gpu, series, now, growers, caches))
+        out.extend(self._agentless_findings(snapshot))
         self._full.forget(live_gpus)
         for key in [k for k, st in self._procs.items()
                     if now - st.last_seen > self.config.forget_after_s]:
             del self._procs[key]
         out.sort(key=lambda d: (_ORDER.get(d.kind, 99), d.gpu or "", d.pid or 0))
         return tuple(out)
+
+    def _agentless_findings(self, snapshot: Snapshot) -> list[Diagnosis]:
+        """PyTorch processes holding VRAM without an agent, one finding per environment."""
+        by_env: dict[AgentlessEnv, list[tuple[GpuSample, ProcessSample]]] = {}
+        for gpu in snapshot.gpus:
+            for proc in gpu.processes:
+                if (proc.pid in snapshot.agents or not proc.gpu_memory
+                        or proc.host_status is not HostStatus.OK):
+                    continue
+                env = self._agentless.torch_env(proc.pid, proc.create_time)
+                if env is not None:
+                    by_env.setdefault(env, []).append((gpu, proc))
+        return [no_agent(found, env) for env, found in by_env.items()]
 
     def _process(self, gpu: GpuSample, gkey: str, proc: ProcessSample,
                  report: AgentReport | None, now: float, growers: list[findings.Grower],

@@ -19,6 +19,7 @@ KINDS = (
     "tensorflow",     # a TensorFlow process holding nearly the whole card
     "idle_process",   # memory held with no kernels for a long time
     "idle_model",     # models unused for a while (unload them)
+    "no_agent",       # PyTorch processes holding VRAM without an agent (install it)
 )
 
 SEVERITIES = ("info", "warning", "critical")
@@ -34,6 +35,7 @@ FIX_ACTIONS = (
     "fix_leak",             # stop keeping tensors alive (loss.item(), detach, retain_graph)
     "tf_memory_growth",     # tf.config.experimental.set_memory_growth / TF_FORCE_GPU_ALLOW_GROWTH
     "record_allocations",   # record allocations to find the call site
+    "install_agent",        # `vram-steward agent install` into the process's environment
 )
 
 
@@ -47,10 +49,12 @@ class Fix:
     pid: int | None = None  # the process it acts on
     model: str | None = None  # the agent's model id, for unload_model
     model_name: str | None = None
+    command: str | None = None  # a command the user runs (install_agent)
 
     def to_json(self) -> dict[str, Any]:
         return {"action": self.action, "text": self.text, "gain_bytes": self.gain_bytes,
-                "pid": self.pid, "model": self.model, "model_name": self.model_name}
+                "pid": self.pid, "model": self.model, "model_name": self.model_name,
+                "command": self.command}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fix | None:
@@ -59,10 +63,12 @@ class Fix:
             return None
         gain, pid = data.get("gain_bytes"), data.get("pid")
         model, name = data.get("model"), data.get("model_name")
+        command = data.get("command")
         return cls(action, text, gain if isinstance(gain, int) else None,
                    pid if isinstance(pid, int) else None,
                    model if isinstance(model, str) else None,
-                   name if isinstance(name, str) else None)
+                   name if isinstance(name, str) else None,
+                   command if isinstance(command, str) else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,7 +135,7 @@ class FixList(QWidget):
             button.clicked.connect(lambda *_a, p=fix.pid: self.record_requested.emit(p))
             self.record_buttons.append(button)
             return button
-        snippet = SNIPPETS.get(fix.action)
+        snippet = fix.command if fix.action == "install_agent" else SNIPPETS.get(fix.action)
         if snippet is not None:
             button = QPushButton("Copy", self)
             button.setObjectName("copyFixButton")

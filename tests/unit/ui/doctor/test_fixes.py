@@ -174,3 +174,16 @@ def test_the_dialog_offers_terminate_as_the_latest_snapshot_allows(qtbot):
     assert gone.toolTip() == "Cannot terminate: no process 4242 on any GPU in the latest sample"
     ours.click()
     assert sent == [Terminate(23890)]
+
+
+def test_the_install_command_of_an_agentless_process_is_copied_whole(qtbot):
+    command = "vram-steward agent install --env '/home/ana/stable diffusion/venv'"
+    fixes = FixList()
+    qtbot.addWidget(fixes)
+    fixes.set_fixes((Fix("install_agent", f"Install the agent into … once: {command}. Each "
+                         "PyTorch process started there has it from its next start.",
+                         command=command),))
+    (button,) = fixes.copy_buttons
+    assert button.toolTip() == f"Copy “{command}” to the clipboard"
+    button.click()
+    assert QGuiApplication.clipboard().text() == command
