@@ -139,4 +139,5 @@ def no_agent(found: list[tuple[GpuSample, ProcessSample]], env: AgentlessEnv) ->
                      gpu_uuid=gpu.uuid if gpu else None, pid=proc.pid if proc else None,
                      create_time=proc.create_time if proc else None,
                      command=proc.command if proc else None,
-                     figures={"held_bytes": held, "processes": len(procs)})
+                     figures={"held_bytes": held, "processes": len(procs)},
+                     pids=tuple(sorted(procs)))

@@ -90,6 +90,7 @@ class Diagnosis:
     # counts; None = unknown), e.g. {"rate_bytes_per_s": ..., "seconds_to_full": ...}.
     figures: dict[str, float | int | None] = field(default_factory=dict)
     report_id: str | None = None  # kind "oom": the OomReport it stands for
+    pids: tuple[int, ...] = ()  # every process it concerns, when that is several ("no_agent")
 
     @property
     def key(self) -> tuple[str, str | None, int | None]:
@@ -101,7 +102,8 @@ class Diagnosis:
                 "evidence": list(self.evidence), "fixes": [f.to_json() for f in self.fixes],
                 "gpu": self.gpu, "gpu_uuid": self.gpu_uuid, "pid": self.pid,
                 "create_time": self.create_time, "command": self.command, "since": self.since,
-                "figures": dict(self.figures), "report_id": self.report_id}
+                "figures": dict(self.figures), "report_id": self.report_id,
+                "pids": list(self.pids)}
 
 
 @dataclass(frozen=True, slots=True)

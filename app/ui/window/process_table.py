@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QContextMenuEvent, QFontMetrics
+from PySide6.QtGui import QColor, QContextMenuEvent, QFontMetrics, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -124,6 +124,8 @@ class ProcessTable(QTableView):
         # The agent columns appear with the first snapshot that has agents, the
         # container column with the first process seen in a container.
         self.agent_columns_shown = False
+        # pid -> `agent install` command, for PyTorch processes without an agent (the Doctor's)
+        self._install_commands: dict[int, str] = {}
         for col in (COL_AGENT, COL_CACHE):
             self.setColumnHidden(col, True)
         self.container_column_shown = False
@@ -274,9 +276,15 @@ class ProcessTable(QTableView):
         menu = QMenu(self)
         menu.setToolTipsVisible(True)
         details = menu.addAction("Details…")
+        command = self._install_commands.get(pid)
         if index.data(AGENT_ROLE) is None:
             details.setEnabled(False)
             details.setToolTip("No VRAM Steward agent in this process")
+            if command is not None:  # a PyTorch process: its environment can have the agent
+                copy = menu.addAction("Copy the agent's install command")
+                copy.setToolTip(f"{command}\nEvery PyTorch process of its environment has the "
+                                "agent from its next start")
+                copy.triggered.connect(lambda: QGuiApplication.clipboard().setText(command))
         details.triggered.connect(lambda: self.details_requested.emit(pid))
         menu.addSeparator()
         terminate = menu.addAction("Terminate…")
@@ -290,6 +298,10 @@ class ProcessTable(QTableView):
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         before = self._selected
+        self._install_commands = {
+            pid: d.fixes[0].command for d in snapshot.diagnoses
+            if d.kind == "no_agent" and d.fixes and d.fixes[0].command
+            for pid in (d.pids or ((d.pid,) if d.pid is not None else ()))}
         if snapshot.agents and not self.agent_columns_shown:
             self.agent_columns_shown = True
             for col in (COL_AGENT, COL_CACHE):

@@ -761,3 +761,24 @@ def test_a_changed_figure_repaints_its_cell_not_the_whole_table(table):
     table.update_snapshot(snap(gpu([proc(1, GiB, cpu_percent=55.0,
                                          host_status=HostStatus.EXITED), b])))
     assert ranges == [((row, 0), (row, len(COLUMNS) - 1))]
+
+
+def test_an_agentless_pytorch_process_offers_its_environments_install_command(table):
+    from PySide6.QtGui import QGuiApplication
+
+    from app.core.diagnosis.agentless import AgentlessEnv, no_agent
+
+    a, b = proc(1, 2 * GiB), proc(2, GiB)
+    shot = snap(gpu_used([a, b], used=4 * GiB))
+    env = AgentlessEnv("/home/ana/sd/venv", None, "venv")
+    finding = no_agent([(shot.gpus[0], a)], env)
+    table.update_snapshot(dataclasses.replace(shot, diagnoses=(finding,)))
+    actions = menu_actions(table.menu_for(table.model().index(table.visible_row_of("0", 1), 0)))
+    copy = actions["Copy the agent's install command"]
+    assert not actions["Details…"].isEnabled()
+    assert copy.toolTip().startswith("vram-steward agent install --env /home/ana/sd/venv\n")
+    copy.trigger()
+    assert QGuiApplication.clipboard().text() == "vram-steward agent install --env /home/ana/sd/venv"
+    # Not a PyTorch process the Doctor named: nothing to install there.
+    other = menu_actions(table.menu_for(table.model().index(table.visible_row_of("0", 2), 0)))
+    assert "Copy the agent's install command" not in other
