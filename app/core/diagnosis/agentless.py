@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from app.core.diagnosis.tf_maps import maps_mention
 from app.core.diagnosis.types import Diagnosis, Fix
 from app.core.monitor.naming import label_or_pid
-from app.core.monitor.samples import GpuSample, ProcessSample
+from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
 from app.core.units import fmt_bytes
 
 #: Shared objects only PyTorch maps.
@@ -141,3 +141,11 @@ def no_agent(found: list[tuple[GpuSample, ProcessSample]], env: AgentlessEnv) ->
                      command=proc.command if proc else None,
                      figures={"held_bytes": held, "processes": len(procs)},
                      pids=tuple(sorted(procs)))
+
+
+def install_commands(snapshot: Snapshot) -> dict[int, str]:
+    """pid -> the ``agent install`` command the Doctor offers for that agent-less
+    PyTorch process (what the process table and the detail view show)."""
+    return {pid: d.fixes[0].command for d in snapshot.diagnoses
+            if d.kind == "no_agent" and d.fixes and d.fixes[0].command
+            for pid in (d.pids or ((d.pid,) if d.pid is not None else ()))}

@@ -34,9 +34,11 @@ from PySide6.QtWidgets import (
 from app.agent.protocol import RELOAD_GRACE_S
 from app.core.agents.types import AgentReport
 from app.core.control.requests import CollectGarbage, FreeCache, Terminate
+from app.core.diagnosis.agentless import install_commands
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
 from app.core.units import NA, fmt_bytes
+from app.ui.agents import detail_models as texts
 from app.ui.agents.detail_models import ModelControls
 from app.ui.agents.model_list import (
     MCOL_CLASS,
@@ -67,7 +69,6 @@ from app.ui.settings.values import IDLE_TIMER_MAX_MIN, IDLE_TIMER_MIN_MIN
 from app.ui.style import palette as pal
 from app.ui.style.sort_header import SortHeader
 
-# -- detail view --------------------------------------------------------------------------------
 
 def _yes_no(value: bool | None, yes: str = "yes", no: str = "no") -> str:
     return NA if value is None else (yes if value else no)
@@ -155,7 +156,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.gpu_rows_box.setSpacing(3)
         outer.addLayout(self.gpu_rows_box)
         self.gpu_rows: list[BreakdownRow] = []
-        self.no_gpu_label = QLabel("Not on any GPU in the latest sample.", self)
+        self.no_gpu_label = QLabel(texts.NO_GPU, self)
         self.no_gpu_label.setObjectName("secondary")
         outer.addWidget(self.no_gpu_label)
 
@@ -232,7 +233,7 @@ class ProcessDetailView(ModelControls, QDialog):
                                             + extra)
         outer.addWidget(self.models_view, 1)
         self.models_view.selectionModel().selectionChanged.connect(self._on_model_selected)
-        self.no_models_label = QLabel("No models with parameters found in this process.", self)
+        self.no_models_label = QLabel(texts.NO_MODELS, self)
         self.no_models_label.setObjectName("secondary")
         outer.addWidget(self.no_models_label)
 
@@ -364,7 +365,11 @@ class ProcessDetailView(ModelControls, QDialog):
         if report is None:
             for name in ("Python", "PyTorch", "Allocator", "CUDA", "OOMs", "Alloc retries"):
                 f[name].setText(NA)
-            f["Agent"].setText("not reporting (the process or its agent has gone)")
+            cmd = install_commands(snapshot).get(pid)
+            f["Agent"].setText("not reporting (the process or its agent has gone)" if cmd is None
+                               else f"none. Install it once into this process's environment:\n"
+                               f"{cmd}\n(each PyTorch process started there has it from its "
+                               "next start)")
         else:
             f["Python"].setText(report.python or NA)
             f["PyTorch"].setText(report.torch or report.torch_status)
@@ -386,7 +391,6 @@ class ProcessDetailView(ModelControls, QDialog):
         if errors:
             self.errors_label.setText("⚠ " + "\n⚠ ".join(errors))
 
-        # Breakdown per GPU the process is on.
         rows = []
         if report is not None:
             for g, p in procs:
@@ -413,13 +417,12 @@ class ProcessDetailView(ModelControls, QDialog):
                 cache = (cache or 0) + b.cache
         for row in self.gpu_rows[len(rows):]:
             row.setVisible(False)
-        self.no_gpu_label.setVisible(not rows)
-        if report is not None and not rows:
-            # Not on a GPU in this sample: the allocator's own figures still say what is cached.
+        self.no_gpu_label.setVisible(not rows)  # without an agent: no breakdown to draw
+        self.no_gpu_label.setText(texts.NO_GPU if report or not procs else texts.NO_AGENT_GPU)
+        if report is not None and not rows:  # the allocator's own figures say what is cached
             cache = _sum_known(d.cache for d in report.devices)
 
         models = report.models if report else ()
-        # "Last used" against the agent's own clock at the report (same host clock).
         now = (report.received_at if report is not None and report.received_at
                else snapshot.timestamp)
         self._pending = dict(pending or {})
@@ -431,6 +434,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.models_view.setVisible(bool(models))
         self.model_bar.setVisible(bool(models))
         self.no_models_label.setVisible(not models)
+        self.no_models_label.setText(texts.NO_MODELS if report else texts.NO_AGENT_MODELS)
         moving = bool(self.model_model.moving_rows())
         if moving and not self.anim_timer.isActive():
             self.anim_timer.start()

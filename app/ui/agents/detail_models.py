@@ -25,6 +25,12 @@ from app.ui.agents.model_actions import (
 from app.ui.agents.model_list import MODEL_ID_ROLE, model_size
 from app.ui.style import palette as pal
 
+#: What the detail view says where a section has nothing to show.
+NO_GPU = "Not on any GPU in the latest sample."
+NO_AGENT_GPU = "No breakdown without an agent in the process."
+NO_MODELS = "No models with parameters found in this process."
+NO_AGENT_MODELS = "Models are known only to an agent in the process."
+
 
 class ModelControls:
     """The selected model's actions and the idle timer of the detail view."""

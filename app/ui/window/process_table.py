@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.agents.types import AgentReport
+from app.core.diagnosis.agentless import install_commands
 from app.core.monitor.samples import HostStatus, Snapshot
 from app.ui.style.sort_header import SortHeader
 from app.ui.window.process_model import ProcessSortProxy, ProcessTableModel
@@ -278,7 +279,8 @@ class ProcessTable(QTableView):
         details = menu.addAction("Details…")
         command = self._install_commands.get(pid)
         if index.data(AGENT_ROLE) is None:
-            details.setEnabled(False)
+            # A PyTorch process without an agent has details: how to invite the agent.
+            details.setEnabled(command is not None)
             details.setToolTip("No VRAM Steward agent in this process")
             if command is not None:  # a PyTorch process: its environment can have the agent
                 copy = menu.addAction("Copy the agent's install command")
@@ -298,10 +300,7 @@ class ProcessTable(QTableView):
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         before = self._selected
-        self._install_commands = {
-            pid: d.fixes[0].command for d in snapshot.diagnoses
-            if d.kind == "no_agent" and d.fixes and d.fixes[0].command
-            for pid in (d.pids or ((d.pid,) if d.pid is not None else ()))}
+        self._install_commands = install_commands(snapshot)
         if snapshot.agents and not self.agent_columns_shown:
             self.agent_columns_shown = True
             for col in (COL_AGENT, COL_CACHE):
@@ -358,9 +357,9 @@ class ProcessTable(QTableView):
         return rows[0].data(AGENT_ROLE) if rows else None
 
     def _on_double_clicked(self, index) -> None:
-        agent = index.data(AGENT_ROLE)
-        if agent is not None:
-            self.details_requested.emit(index.data(KEY_ROLE)[1][0])
+        pid = index.data(KEY_ROLE)[1][0] if index.data(KEY_ROLE) else None
+        if index.data(AGENT_ROLE) is not None or pid in self._install_commands:
+            self.details_requested.emit(pid)
 
     def _on_selection_changed(self, selected: QItemSelection, deselected: QItemSelection) -> None:
         if not self._updating:

@@ -453,3 +453,16 @@ def test_memory_figures_in_mib_are_exact_in_tooltips(window):
     (row,) = window.panels["0"].agent_section.visible_rows()
     assert "Cache: 512 MiB" in row.bar.toolTip()
     assert "Context & non-PyTorch: 488 MiB" in row.bar.toolTip()
+
+
+def test_details_of_a_pytorch_process_without_an_agent_say_how_to_invite_it(window):
+    from app.core.diagnosis.agentless import AgentlessEnv, no_agent
+
+    shot = snap([gpu(0, proc(12, 3 * GiB))])
+    finding = no_agent([(shot.gpus[0], shot.gpus[0].processes[0])],
+                       AgentlessEnv("/srv/sd/venv", None, "venv"))
+    window.on_snapshot(dataclasses.replace(shot, diagnoses=(finding,)))
+    view = window.open_details(12)
+    text = view.facts["Agent"].text()
+    assert "vram-steward agent install --env /srv/sd/venv" in text and "next start" in text
+    assert view.facts["PyTorch"].text() == "n/a"

@@ -775,7 +775,7 @@ def test_an_agentless_pytorch_process_offers_its_environments_install_command(ta
     table.update_snapshot(dataclasses.replace(shot, diagnoses=(finding,)))
     actions = menu_actions(table.menu_for(table.model().index(table.visible_row_of("0", 1), 0)))
     copy = actions["Copy the agent's install command"]
-    assert not actions["Details…"].isEnabled()
+    assert actions["Details…"].isEnabled()  # they say how to invite the agent
     assert copy.toolTip().startswith("vram-steward agent install --env /home/ana/sd/venv\n")
     copy.trigger()
     assert QGuiApplication.clipboard().text() == "vram-steward agent install --env /home/ana/sd/venv"
