@@ -68,8 +68,11 @@ def env_python(path: str) -> str:
 
 def probe(python: str, user: bool = False) -> Environment:
     """What ``python`` says of itself; InstallError when it cannot be run."""
+    # -E for an environment (its own paths, whatever the caller's PYTHON* say); none for
+    # the user site, which PYTHONUSERBASE moves for every process of that user.
+    flags = [] if user else ["-E"]
     try:
-        done = subprocess.run([python, "-E", "-c", _PROBE], capture_output=True, text=True,
+        done = subprocess.run([python, *flags, "-c", _PROBE], capture_output=True, text=True,
                               timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstallError(f"cannot run {python}: {exc}") from None

@@ -64,6 +64,16 @@ def site_of(env: Path) -> Path:
     return Path(out.stdout.strip())
 
 
+def test_a_conda_environment_is_named_as_one(world):
+    """conda marks its environments with conda-meta/ (no conda on this machine: the
+    marker on a virtualenv stands in for it); the install goes where its Python says."""
+    env, variables, _, _ = world
+    (env / "conda-meta").mkdir()
+    done = app(variables, "agent", "install", "--env", str(env))
+    assert done.returncode == 0 and "conda" in done.stdout, done.stderr
+    assert app(variables, "agent", "uninstall", "--env", str(env)).returncode == 0
+
+
 def test_install_then_uninstall_leaves_the_environment_as_it_was(world):
     env, variables, runtime, _ = world
     before = files_of(env)
@@ -231,6 +241,11 @@ def test_torchrun_workers_have_the_agent(installed):
         worker = json.loads(report.read_text())
         assert worker["agent"] is True
         assert worker["pid"] in {a["pid"] for a in wait_agent(variables, worker["pid"])}
+        models = [m for m in json.loads(app(variables, "models", "--json").stdout)
+                  if m["pid"] == worker["pid"]]
+        done = app(variables, "unload", "--pid", str(worker["pid"]), "--model", models[0]["id"],
+                   "--json")
+        assert json.loads(done.stdout)["ok"], done.stdout
     finally:
         stop.write_text("stop")
         proc.wait(60)
@@ -245,3 +260,21 @@ def test_a_broken_install_never_breaks_import_torch(installed):
     done = subprocess.run([python_of(env), "-c", "import torch; print(torch.ones(2).sum().item())"],
                           capture_output=True, text=True, env=variables, cwd=tmp_path, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "2.0" and done.stderr == ""
+
+
+def test_user_site_install_reaches_every_process_of_that_python(world):
+    _, variables, _, tmp_path = world
+    base = tmp_path / "userbase"
+    variables = {**variables, "PYTHONUSERBASE": str(base)}
+    site = subprocess.run([BASE_PYTHON, "-c", "import site; print(site.getusersitepackages())"],
+                          capture_output=True, text=True, env=variables, check=True).stdout.strip()
+    os.makedirs(site)
+    before = files_of(base)
+    done = app(variables, "agent", "install", "--user", "--python", BASE_PYTHON)
+    assert done.returncode == 0 and site in done.stdout, done.stderr
+    probe = subprocess.run([BASE_PYTHON, "-c", "import sys; print('vram_steward_hook' in "
+                            "sys.modules)"], capture_output=True, text=True, env=variables)
+    assert probe.stdout.strip() == "True"
+    assert app(variables, "agent", "uninstall", "--user", "--python",
+               BASE_PYTHON).returncode == 0
+    assert files_of(base) == before
