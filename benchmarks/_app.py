@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.fakes.processes import end
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,12 +42,7 @@ def running_app(args: list[str], env: Mapping[str, str], warmup_s: float
             raise SystemExit(f"the app exited: {app.stderr.read().decode()[-2000:]}")
         yield proc
     finally:
-        app.terminate()
-        try:
-            app.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
+        end(app, wait_s=20.0)
 
 
 def cpu_percent(proc: psutil.Process, seconds: float) -> tuple[float, float]:

@@ -61,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.fakes import nvml_abi  # noqa: E402
+from tests.fakes.processes import end  # noqa: E402
 
 PERIOD_S = 0.25
 VARIANTS = 40  # churn configs, cycled
@@ -145,12 +146,7 @@ def running_server(env: dict[str, str], tmp: Path) -> Iterator[Server]:
             raise SystemExit(f"serve did not start: {(tmp / 'serve.log').read_text()[-2000:]}")
         yield Server(proc, line.split()[-1])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc, wait_s=20.0)
         log.close()
 
 

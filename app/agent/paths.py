@@ -132,6 +132,31 @@ def create_private_file(path: str, flags: int) -> int:
     return os.open(path, flags | _PRIVATE_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
 
 
+def replace_private_file(path: str, data: bytes, sync: bool = False) -> None:
+    """``data`` as the whole of ``path``, atomically: written to a new 0600
+    file beside it (a dot name readers skip), synced when ``sync``, then
+    renamed over ``path``.  Nothing is left behind when it fails."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, ".%s.%d.%s.tmp" % (name, os.getpid(), os.urandom(4).hex()))
+    fd = create_private_file(tmp, os.O_WRONLY)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def open_private_file(path: str, flags: int) -> int:
     """A descriptor on ``path``, never through a link: created 0600
     (``create_private_file``) when missing; an existing one must be a regular

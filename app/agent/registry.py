@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any
 
 from . import paths
@@ -97,21 +96,7 @@ def entry_path(directory: str, pid: int | None = None) -> str:
 def write_entry(directory: str, entry: dict[str, Any]) -> str:
     """Atomically write ``entry`` as ``<pid>.json`` in ``directory`` (0600)."""
     path = entry_path(directory, entry["pid"])
-    tmp = os.path.join(directory, ".%d.%d.tmp" % (entry["pid"], int(time.time() * 1e6)))
-    data = json.dumps(entry, separators=(",", ":")).encode("utf-8")
-    fd = paths.create_private_file(tmp, os.O_WRONLY)
-    try:
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    paths.replace_private_file(path, json.dumps(entry, separators=(",", ":")).encode("utf-8"))
     return path
 
 

@@ -178,16 +178,10 @@ def recorded() -> list[Environment]:
 
 
 def _write_record(envs: list[Environment]) -> None:
-    from app.agent.paths import create_private_file
+    from app.agent.paths import replace_private_file
 
-    path = _record_path()
-    tmp = path + ".new"
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    fd = create_private_file(tmp, os.O_WRONLY)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump([asdict(e) for e in envs], f, indent=1)
-    os.replace(tmp, path)
+    replace_private_file(_record_path(), json.dumps([asdict(e) for e in envs],
+                                                    indent=1).encode("utf-8"))
 
 
 def remember(env: Environment) -> None:

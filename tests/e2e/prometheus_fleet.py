@@ -12,23 +12,20 @@ import getpass
 import json
 import os
 import re
-import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.fakes import nvml_abi
 from tests.fakes.nvml_abi import FakeNvml
+from tests.fakes.processes import end, serve_url, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "resources" / "grafana" / "vram-steward.json"
@@ -70,19 +67,6 @@ def http_get(url: str, token: str | None = None, timeout: float = 5.0) -> tuple[
         return exc.code, exc.read()
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 20.0,
-             every: float = 0.25) -> Any:
-    """``probe()``'s first truthy answer; fails naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = probe()
-        if answer:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
 class Serve:
     """``python -m app serve --listen 127.0.0.2:0`` backed by ``fake``."""
 
@@ -108,17 +92,12 @@ class Serve:
         self.stderr = open(self.folder / "stderr", "wb")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(args, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=self.stderr)
-        self.url = self._first_line(timeout=30.0).removeprefix("listening on ").strip()
-        self.instance = urllib.parse.urlsplit(self.url).netloc
-
-    def _first_line(self, timeout: float) -> str:
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        line = self.process.stdout.readline().decode() if ready else ""
-        if not line.startswith("listening on "):
+        try:
+            self.url = serve_url(self.process, self.log)
+        except AssertionError:
             self.stop()
-            raise AssertionError(f"serve did not start: {line!r}\n{self.log()}")
-        return line
+            raise
+        self.instance = urllib.parse.urlsplit(self.url).netloc
 
     def metrics(self) -> tuple[int, bytes]:
         return http_get(f"{self.url}/metrics", self.token)
@@ -127,13 +106,7 @@ class Serve:
         return (self.folder / "stderr").read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end(self.process)
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.stderr.close()
@@ -200,13 +173,7 @@ class Prometheus:
         return (self.folder / "stderr").read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end(self.process, wait_s=15.0)
         self.stderr.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 

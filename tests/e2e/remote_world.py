@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -30,13 +29,12 @@ import sysconfig
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tests.fakes import nvml_abi
 from tests.fakes.neighbour import sticky_tmpdir
 from tests.fakes.nvml_abi import FakeNvml
+from tests.fakes.processes import end, read_line, serve_url
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = sysconfig.get_paths()["purelib"]
@@ -164,9 +162,7 @@ class Agent:
             time.sleep(0.05)
 
     def _line(self, timeout: float) -> str:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline().decode() if ready else ""
+        line = read_line(self.proc, timeout).decode()
         if not line:
             self.stop()
             raise AssertionError(f"the agent's program did not start: {self.errors()}")
@@ -176,13 +172,7 @@ class Agent:
         return Path(self.log.name).read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end(self.proc, wait_s=15.0)
         pid = getattr(self, "pid", None)
         if pid is not None:  # the program leads its own group (``run``): nothing stays
             try:
@@ -205,25 +195,17 @@ class Serve:
              "--no-history", "--no-auto-unload", *args],
             env=host.env(), cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=self.log)
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 30.0)
-        line = self.proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("listening on "):
+        try:
+            self.url = serve_url(self.proc, self.errors)
+        except AssertionError:
             self.stop()
-            raise AssertionError(f"serve did not start: {line!r}\n{self.errors()}")
-        self.url = line.removeprefix("listening on ").strip()
+            raise
 
     def errors(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end(self.proc, sig)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self.log.close()
@@ -244,16 +226,3 @@ def cli(host: Host, *args: str, timeout: float = 60.0,
     return subprocess.run([sys.executable, "-m", "app", *args], env=env or host.env(),
                           cwd=REPO, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0,
-             every: float = 0.2) -> Any:
-    """``probe()``'s first truthy answer; fails naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = probe()
-        if answer:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)

@@ -116,14 +116,14 @@ def settle(world: Fleet) -> None:
                    for s in (a, b))
 
     try:
-        wait_for("both hosts up in Prometheus", up)
+        wait_for("both hosts up in Prometheus", up, timeout=20.0, every=0.25)
         wait_for("the agent's series", lambda: prom.query(
-            f'vram_steward_torch_reserved_bytes{{instance="{a.instance}"}}'))
+            f'vram_steward_torch_reserved_bytes{{instance="{a.instance}"}}'), 20.0, 0.25)
         wait_for("host A's OOM counter at 0", lambda: prom.value(
-            f'vram_steward_oom_total{{instance="{a.instance}", gpu="0"}}') == "0")
+            f'vram_steward_oom_total{{instance="{a.instance}", gpu="0"}}') == "0", 20.0, 0.25)
         world.agent.ooms = [oom_capture(request=3 * 1024 ** 3 + 5)]
         wait_for("the OOM in increase()", lambda: prom.query(
-            f'increase(vram_steward_oom_total{{instance="{a.instance}"}}[1m]) > 0'))
+            f'increase(vram_steward_oom_total{{instance="{a.instance}"}}[1m]) > 0'), 20.0, 0.25)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nserve A:\n{a.log()}\nserve B:\n{b.log()}\n"
                              f"prometheus:\n{prom.log()}") from None

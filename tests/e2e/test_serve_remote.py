@@ -19,7 +19,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -37,8 +36,9 @@ from app.core.remote.client import open_client
 from app.core.remote.errors import RemoteError, RemoteUnavailable
 from app.core.remote.source import RemoteSource
 from tests.e2e import remote_world as rw
-from tests.e2e.remote_world import REPO, Host, Serve, cli, wait_for
+from tests.e2e.remote_world import REPO, Host, Serve, cli
 from tests.fakes.nvml_abi import FakeGpu, FakeNvml
+from tests.fakes.processes import read_line, wait_for
 
 UUID = "GPU-7e570001-1b2c-4d5e-8f90-a1b2c3d4e5f6"
 
@@ -233,9 +233,7 @@ def test_a_client_of_another_wire_version_gets_a_400(host):
 
 
 def _line(proc: subprocess.Popen, timeout: float = 30.0) -> bytes:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    raw = proc.stdout.readline() if ready else b""
+    raw = read_line(proc, timeout)
     assert raw, "the stdio server said nothing"
     return raw
 

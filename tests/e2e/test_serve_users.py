@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import time
@@ -35,9 +34,10 @@ from typing import Any
 import pytest
 
 from tests.e2e import remote_world as rw
-from tests.e2e.remote_world import Agent, Host, Serve, cli, token_file, wait_for
+from tests.e2e.remote_world import Agent, Host, Serve, cli, token_file
 from tests.fakes.neighbour import NAME, FakeNeighbourAgent, neighbour
 from tests.fakes.nvml_abi import FakeGpu, FakeNvml, FakeProcess
+from tests.fakes.processes import read_line, wait_for
 
 NB_TOKEN = "vst_neighbour-token-0123456789"
 ROOT_TOKEN = "vst_root-token-0123456789abcdef"
@@ -199,9 +199,7 @@ class StdioServer:
         self.ident = 0
 
     def line(self, timeout: float = 30.0) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        raw = self.proc.stdout.readline() if ready else b""
+        raw = read_line(self.proc, timeout)
         assert raw, "the per-user server said nothing"
         return json.loads(raw)
 

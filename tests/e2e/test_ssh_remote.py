@@ -34,8 +34,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import remote_world as rw
-from tests.e2e.remote_world import Agent, Host, cli, wait_for
+from tests.e2e.remote_world import Agent, Host, cli
 from tests.fakes.nvml_abi import FakeGpu, FakeNvml, FakeProcess, Helpers
+from tests.fakes.processes import end, wait_for
 
 SSHD = "/usr/sbin/sshd"
 #: What a GPU and a process must show the same over SSH as here.
@@ -109,13 +110,7 @@ class Sshd:
         return path
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end(self.proc)
         self.log.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 

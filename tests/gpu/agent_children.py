@@ -8,12 +8,34 @@ import os
 import select
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 from app.core.agents import registry as agent_registry
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: A model, 64 MiB live and 512 MiB cached on cuda:0: prints its pid and its own
+#: allocated / reserved figures, then those figures again once the stop file exists.
+CUDA_CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    import torch
+
+    dev = torch.device("cuda:0")
+    model = torch.nn.Linear(1024, 1024).to(dev)
+    keep = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device=dev)  # 64 MiB live
+    junk = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=dev)  # 512 MiB ...
+    del junk  # ... now cached
+    torch.cuda.synchronize()
+    print(json.dumps({"pid": os.getpid(), "allocated": torch.cuda.memory_allocated(0),
+                      "reserved": torch.cuda.memory_reserved(0)}), flush=True)
+    stop = sys.argv[1]
+    while not os.path.exists(stop):
+        time.sleep(0.05)
+    print(json.dumps({"allocated": torch.cuda.memory_allocated(0),
+                      "reserved": torch.cuda.memory_reserved(0)}), flush=True)
+""")
 
 
 def start(tmp_path: Path, runtime: str, script: str):

@@ -10,32 +10,13 @@ import time
 import pytest
 
 from app.core.agents import client as agent_client
-from tests.gpu.agent_children import ROOT, entry_for, read_line, start
+from tests.gpu.agent_children import CUDA_CHILD, ROOT, entry_for, read_line, start
 
 MiB = 1024**2
 
 pytestmark = pytest.mark.skipif(
     not (ROOT / "app" / "agent" / "_bootstrap" / "sitecustomize.py").exists(),
     reason="the agent's bootstrap is not there yet")
-
-CUDA_CHILD = textwrap.dedent("""
-    import json, os, sys, time
-    import torch
-
-    dev = torch.device("cuda:0")
-    model = torch.nn.Linear(1024, 1024).to(dev)
-    keep = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device=dev)  # 64 MiB live
-    junk = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=dev)  # 512 MiB ...
-    del junk  # ... now cached
-    torch.cuda.synchronize()
-    print(json.dumps({"pid": os.getpid(), "allocated": torch.cuda.memory_allocated(0),
-                      "reserved": torch.cuda.memory_reserved(0)}), flush=True)
-    stop = sys.argv[1]
-    while not os.path.exists(stop):
-        time.sleep(0.05)
-    print(json.dumps({"allocated": torch.cuda.memory_allocated(0),
-                      "reserved": torch.cuda.memory_reserved(0)}), flush=True)
-""")
 
 CPU_CHILD = textwrap.dedent("""
     import json, os, sys, time

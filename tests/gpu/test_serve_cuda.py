@@ -8,32 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 
 import pytest
 
-from tests.gpu.agent_children import ROOT, entry_for, read_line, start
+from tests.gpu.agent_children import CUDA_CHILD, ROOT, entry_for, read_line, start
 from tests.gpu.test_nvidia_smi_agreement import smi_apps, smi_gpus, within_mib
-
-CHILD = textwrap.dedent("""
-    import json, os, sys, time
-    import torch
-
-    dev = torch.device("cuda:0")
-    model = torch.nn.Linear(2048, 2048).to(dev)
-    keep = torch.empty(96 * 1024 * 1024, dtype=torch.uint8, device=dev)
-    junk = torch.empty(384 * 1024 * 1024, dtype=torch.uint8, device=dev)
-    del junk
-    torch.cuda.synchronize()
-    print(json.dumps({"pid": os.getpid(), "allocated": torch.cuda.memory_allocated(0),
-                      "reserved": torch.cuda.memory_reserved(0)}), flush=True)
-    stop = sys.argv[1]
-    while not os.path.exists(stop):
-        time.sleep(0.05)
-    print(json.dumps({"reserved": torch.cuda.memory_reserved(0)}), flush=True)
-""")
 
 
 def metrics(url: str) -> dict[tuple[str, frozenset], float]:
@@ -69,7 +50,7 @@ def serve(tmp_path, runtime):
 
 def test_serve_agrees_with_nvidia_smi_and_the_process_own_figures(tmp_path, runtime, serve):
     url, tokens, env = serve
-    proc, stop, _ = start(tmp_path, runtime, CHILD)
+    proc, stop, _ = start(tmp_path, runtime, CUDA_CHILD)
     try:
         own = read_line(proc)
         pid = str(own["pid"])

@@ -16,9 +16,8 @@ import json
 import logging
 import os
 import re
-import secrets
 
-from app.agent.paths import create_private_file, dir_problem
+from app.agent.paths import dir_problem, replace_private_file
 from app.core.diagnosis.types import OomReport
 from app.core.paths import ensure_private_dir, ensure_state_subdir, oom_reports_dir, state_dir
 
@@ -53,23 +52,13 @@ class ReportStore:
         """Write ``report`` and drop the oldest beyond ``keep``; returns its path.
         Raises OSError when the directory cannot be written, UnsafeDir when it
         (or the state directory) is not private."""
-        directory = (ensure_private_dir(self._directory) if self._directory
-                     else ensure_state_subdir(os.path.basename(oom_reports_dir())))
+        if self._directory:  # made (0700) and checked before a byte is written
+            ensure_private_dir(self._directory)
+        else:
+            ensure_state_subdir(os.path.basename(oom_reports_dir()))
         final = self._path(report.id)
-        tmp = os.path.join(directory, f".{report.id}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        fd = create_private_file(tmp, os.O_WRONLY)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(report.to_json(), fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        replace_private_file(final, json.dumps(report.to_json(), indent=1).encode("utf-8"),
+                             sync=True)
         self.prune()
         return final
 

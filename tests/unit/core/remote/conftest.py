@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from app.core.serve.access import own_user, parse_tokens
 from app.core.serve.api import ServerApi
 from app.core.serve.http import ServeHttp
-from tests.unit.core.serve.conftest import demo_engine  # noqa: F401 (a fixture)
+from tests.unit.core.serve.conftest import demo_engine, serving  # noqa: F401 (a fixture)
 
 TOKEN = "k" * 24
 
@@ -17,10 +15,6 @@ TOKEN = "k" * 24
 @pytest.fixture
 def demo_server(demo_engine):
     grants = parse_tokens(f"{TOKEN} {own_user()[0]} read,control\n")
-    httpd = ServeHttp(("127.0.0.1", 0), ServerApi(demo_engine), grants, open_read=True)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(ServeHttp(("127.0.0.1", 0), ServerApi(demo_engine), grants,
+                           open_read=True)) as httpd:
+        yield httpd

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import pytest
 
 from app.core.monitor.demo_source import demo_source
 from app.core.serve.engine import ServeEngine
+from app.core.serve.http import ServeHttp
 
 
 @pytest.fixture
@@ -19,3 +24,16 @@ def demo_engine():
     engine.wait_newer(0, 10.0)
     yield engine
     engine.stop()
+
+
+@contextlib.contextmanager
+def serving(httpd: ServeHttp) -> Iterator[ServeHttp]:
+    """``httpd`` answering on its own thread for the block, then shut and closed."""
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

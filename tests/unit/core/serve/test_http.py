@@ -17,6 +17,7 @@ from app.core.serve.access import own_user, parse_tokens
 from app.core.serve.api import ServerApi
 from app.core.serve.http import ServeHttp
 from app.core.serve.metrics import metrics_registry
+from tests.unit.core.serve.conftest import serving
 
 CONTROL_TOKEN = "c" * 24
 READ_TOKEN = "r" * 24
@@ -26,14 +27,9 @@ READ_TOKEN = "r" * 24
 def server(demo_engine):
     grants = parse_tokens(f"{CONTROL_TOKEN} {own_user()[0]} read,control\n"
                           f"{READ_TOKEN} dashboards read\n")
-    httpd = ServeHttp(("127.0.0.1", 0), ServerApi(demo_engine), grants, open_read=True,
-                      metrics=metrics_registry(demo_engine.state))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(ServeHttp(("127.0.0.1", 0), ServerApi(demo_engine), grants, open_read=True,
+                           metrics=metrics_registry(demo_engine.state))) as httpd:
+        yield httpd
 
 
 def client(server, token=None) -> RemoteClient:
@@ -232,9 +228,7 @@ def test_a_tls_server_that_is_full_closes_new_connections_at_once(demo_engine, t
     context.load_cert_chain(cert, key)
     httpd = ServeHttp(("127.0.0.1", 0), ServerApi(demo_engine), [], open_read=True, tls=context)
     httpd._slots = threading.BoundedSemaphore(1)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
+    with serving(httpd):
         idle = socket.create_connection(httpd.server_address[:2])  # holds the one slot
         time.sleep(0.2)
         silent = [socket.create_connection(httpd.server_address[:2]) for _ in range(3)]
@@ -246,6 +240,4 @@ def test_a_tls_server_that_is_full_closes_new_connections_at_once(demo_engine, t
         transport = HttpTransport(parse_address(httpd.url.replace("http:", "https:")),
                                   ca_file=str(cert), timeout_s=5)
         assert RemoteClient(transport).hello()["app"]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+
