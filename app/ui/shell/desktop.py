@@ -115,6 +115,7 @@ class DesktopShell(QObject):
         self._tray_poll = QTimer(self)
         self._tray_poll.setInterval(TRAY_POLL_MS)
         self._tray_poll.timeout.connect(self._poll_tray)
+        window.destroyed.connect(self._tray_poll.stop)  # the poll shows its finds in the window
         window.installEventFilter(self)
         window.settings_requested.connect(self.open_settings)
         window.hint_banner.free_button.hide()

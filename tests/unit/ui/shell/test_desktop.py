@@ -340,3 +340,17 @@ def test_tray_frees_caches_and_unloads_idle_models_of_the_demo_agents(shell_part
     offloaded = {(pid, m.id) for pid, r in after.agents.items() for m in r.models
                  if m.state == "offloaded"}
     assert offloaded and offloaded <= idle
+
+
+def test_the_tray_poll_stops_with_its_window(qapp, tmp_path):
+    """A shell never pokes a window that is gone (a later tray find would)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    window = MainWindow(History(HistoryConfig()), settings=UiSettings())
+    store = SettingsStore(open_settings(str(tmp_path / "s.ini")))
+    shell = DesktopShell(qapp, window, FakeSampler(), store, None, FakeDbus(), FakeAutostart())
+    shell.start(answers=NO_TRAY_GNOME)
+    assert shell._tray_poll.isActive()
+    window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert not shell._tray_poll.isActive()
