@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from app.core.wire.snapshot import WireVersionError, check_version
+
 
 class RemoteError(Exception):
     """The server answered with a refusal or an error; ``code`` says which
@@ -17,3 +21,12 @@ class RemoteUnavailable(RemoteError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, "unavailable")
+
+
+def check_wire(data: Any, url: str) -> None:
+    """RemoteError (code ``version``) unless the server's answer ``data``
+    carries this client's wire version."""
+    try:
+        check_version(data, url)
+    except WireVersionError as exc:
+        raise RemoteError(str(exc), "version") from None

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.core.remote.address import RemoteAddress
-from app.core.remote.errors import RemoteError, RemoteUnavailable
+from app.core.remote.errors import RemoteError, RemoteUnavailable, check_wire
 from app.core.serve.frames import KEEPALIVE_S
-from app.core.wire.snapshot import WIRE_VERSION, WireVersionError
+from app.core.wire.snapshot import WIRE_VERSION
 
 WIRE_HEADER = "X-VRAM-Steward-Wire"
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
@@ -119,8 +119,7 @@ class HttpTransport:
             if code == "unauthorized" and not self.token and "--token-file" not in message:
                 message += " (pass --token-file FILE or set VRAM_STEWARD_TOKEN)"
             raise RemoteError(f"{self.url}: {message}", code)
-        if data.get("wire") != WIRE_VERSION:
-            raise RemoteError(str(WireVersionError(data.get("wire"), self.url)), "version")
+        check_wire(data, self.url)
         return data.get("result")
 
     def _errors(self) -> Any:

@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.core.remote.address import RemoteAddress
-from app.core.remote.errors import RemoteError, RemoteUnavailable
+from app.core.remote.errors import RemoteError, RemoteUnavailable, check_wire
 from app.core.serve.frames import KEEPALIVE_S
-from app.core.wire.snapshot import WIRE_VERSION, WireVersionError
+from app.core.wire.snapshot import WIRE_VERSION
 
 REMOTE_COMMAND_ENV = "VRAM_STEWARD_REMOTE_COMMAND"
 SSH_OPTIONS_ENV = "VRAM_STEWARD_SSH_OPTIONS"
@@ -85,9 +85,11 @@ class SshTransport:
                                     + self._why()) from None
         if hello.get("type") == "ended":
             raise RemoteUnavailable(f"{self.url}: {hello.get('why')}")
-        if hello.get("wire") != WIRE_VERSION:
+        try:
+            check_wire(hello, self.url)
+        except RemoteError:
             self.close()
-            raise RemoteError(str(WireVersionError(hello.get("wire"), self.url)), "version")
+            raise
         result: dict[str, Any] = hello.get("result") or {}
         return result
 
@@ -130,8 +132,7 @@ class SshTransport:
             raise RemoteUnavailable(f"{self.url}: {answer.get('why')}")
         if "error" in answer:
             raise RemoteError(f"{self.url}: {answer['error']}", str(answer.get("code")))
-        if answer.get("wire") != WIRE_VERSION:
-            raise RemoteError(str(WireVersionError(answer.get("wire"), self.url)), "version")
+        check_wire(answer, self.url)
         return answer.get("result")
 
     def frames(self) -> Iterator[dict[str, Any]]:

@@ -28,7 +28,7 @@ from app.core.serve.access import ANONYMOUS, READ, AccessError, Caller, Grant, f
 from app.core.serve.api import ServerApi
 from app.core.serve.frames import KEEPALIVE_S, Frames, StreamWriter
 from app.core.serve.limits import RateLimiter
-from app.core.serve.params import ApiError
+from app.core.serve.params import ApiError, wire_refusal
 from app.core.wire.snapshot import WIRE_VERSION
 
 log = logging.getLogger(__name__)
@@ -187,9 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _check_wire(self) -> None:
         theirs = self.headers.get(WIRE_HEADER)
         if theirs is not None and theirs.strip() != str(WIRE_VERSION):
-            raise ApiError(f"this server speaks wire version {WIRE_VERSION}, the client "
-                           f"{theirs.strip()!r}: use the same VRAM Steward version on both "
-                           "sides", 400, "version")
+            raise wire_refusal(WIRE_VERSION, theirs.strip())
 
     def _caller(self, scope: str | None) -> Caller:
         """Who asks.  ``scope``: what the route needs (None: the method decides)."""

@@ -20,6 +20,12 @@ class ApiError(Exception):
         self.code = code
 
 
+def wire_refusal(ours: int, theirs: object) -> ApiError:
+    """The answer to a client that speaks wire version ``theirs``."""
+    return ApiError(f"this server speaks wire version {ours}, the client {theirs!r}: use the "
+                    "same VRAM Steward version on both sides", 400, "version")
+
+
 class Params:
     def __init__(self, raw: Any) -> None:
         if raw is None:

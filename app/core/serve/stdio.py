@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from app.core.serve.access import CONTROL, READ, Caller, own_user
 from app.core.serve.api import ServerApi
 from app.core.serve.frames import KEEPALIVE_S, Frames, StreamWriter, line
-from app.core.serve.params import ApiError
+from app.core.serve.params import ApiError, wire_refusal
 from app.core.wire.snapshot import WIRE_VERSION
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,7 @@ class StdioServer:
             self._error(ident, ApiError('a request is {"id", "method", "params"}'))
             return
         if message.get("wire", WIRE_VERSION) != WIRE_VERSION:
-            self._error(ident, ApiError(f"this server speaks wire version {WIRE_VERSION}, the "
-                                        f"client {message.get('wire')!r}", 400, "version"))
+            self._error(ident, wire_refusal(WIRE_VERSION, message.get("wire")))
             return
         if message["method"] == "subscribe":
             self._subscribe(ident)
