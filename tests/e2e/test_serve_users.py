@@ -140,9 +140,14 @@ def test_a_control_token_acts_on_its_own_users_processes_only(world):
         assert done.returncode == 0, done.stdout + done.stderr
         unloaded = json.loads(done.stdout)
         assert unloaded["ok"] and unloaded["state"] == "offloaded", unloaded
-    models = json.loads(world.ask("read", "models", "--json").stdout)
-    states = {m["pid"]: m["state"] for m in models}
-    assert states == {world.ours.pid: "offloaded", world.theirs.pid: "offloaded"}
+    expected = {world.ours.pid: "offloaded", world.theirs.pid: "offloaded"}
+
+    def states() -> dict[int, str]:  # the server's reports, polled every 0.25 s
+        return {m["pid"]: m["state"] for m in json.loads(world.ask("read", "models",
+                                                                   "--json").stdout)}
+
+    wait_for("both models offloaded in the server's reports", lambda: states() == expected,
+             timeout=10.0)
     log = world.server.errors()
     assert f"{NAME} (uid {world.uid}) via http: free_cache pid={world.ours.pid}" in log
 
