@@ -9,6 +9,13 @@ fails the way it would on a driver.
 A :class:`FakeNvml` is the truth a test configures; :meth:`FakeNvml.env` gives
 the environment for a child process that should see it.  Byte counts in
 :func:`server` are deliberately not round numbers.
+
+Processes that change their GPU memory while a reader watches write
+allocation files into the fake's ``procdir`` (:func:`write_allocation`,
+:func:`clear_allocation`); a reader started with ``FakeNvml.env(...,
+live=True)`` sees every change on its next NVML call, without re-init.  This
+module imports only the standard library, so processes that run under a bare
+interpreter (the fake model servers) can use those two functions.
 """
 
 from __future__ import annotations
@@ -167,9 +174,14 @@ class FakeNvml:
     errors: list[FakeError] = field(default_factory=list)
     latency_us: float = 0.0
     driver_version: str = "580.95.05"
+    #: Directory of per-process allocation files (:func:`write_allocation`);
+    #: their bytes are added to their GPU's ``used``.
+    procdir: str | None = None
 
     def text(self) -> str:
         lines = [f"driver_version {self.driver_version}", f"latency_us {self.latency_us}"]
+        if self.procdir is not None:
+            lines.append(f"procdir {self.procdir}")
         for g in self.gpus:
             parts = [f'name="{g.name}"', f"uuid={g.uuid}", f"total={g.total}", f"used={g.used}",
                      f"reserved={g.reserved}", f"max_mig={g.max_mig}", f"mig_mode={int(g.mig_mode)}"]
@@ -205,15 +217,50 @@ class FakeNvml:
         return path
 
     def env(self, lib_dir: Path, config: Path, counts: Path | None = None,
-            base: dict[str, str] | None = None) -> dict[str, str]:
-        """Environment of a child process that loads the fake through pynvml."""
+            base: dict[str, str] | None = None, live: bool = False) -> dict[str, str]:
+        """Environment of a child process that loads the fake through pynvml.
+
+        ``live``: the library re-reads the config and the procdir whenever
+        they change (FAKE_NVML_LIVE=1), so the child follows a test that
+        rewrites them; otherwise it reads them once, at nvmlInit."""
         env = dict(os.environ if base is None else base)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             [str(lib_dir)] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
         env["FAKE_NVML_CONFIG"] = str(config)
         if counts is not None:
             env["FAKE_NVML_COUNTS"] = str(counts)
+        if live:
+            env["FAKE_NVML_LIVE"] = "1"
+        else:
+            env.pop("FAKE_NVML_LIVE", None)
         return env
+
+
+# --------------------------------------------------------- allocation files
+
+def write_allocation(procdir: str | os.PathLike[str], pid: int, gpu: int, nbytes: int,
+                     sm: int | None = None, lists: str | None = None) -> None:
+    """Process ``pid`` now holds ``nbytes`` on GPU ``gpu`` (SM ``sm`` % when
+    given).  Atomic: a temporary ``.name`` file, then a rename, so a reader
+    never sees half a file."""
+    line = f"gpu={int(gpu)} mem={int(nbytes)}"
+    if sm is not None:
+        line += f" sm={int(sm)}"
+    if lists is not None:
+        line += f" lists={lists}"
+    final = os.path.join(os.fspath(procdir), str(int(pid)))
+    partial = os.path.join(os.fspath(procdir), f".{int(pid)}.{os.getpid()}.{random.getrandbits(32):08x}")
+    with open(partial, "w") as f:
+        f.write(line + "\n")
+    os.replace(partial, final)
+
+
+def clear_allocation(procdir: str | os.PathLike[str], pid: int) -> None:
+    """Process ``pid`` holds no GPU memory any more (nothing to do when it held none)."""
+    try:
+        os.unlink(os.path.join(os.fspath(procdir), str(int(pid))))
+    except FileNotFoundError:
+        pass
 
 
 def read_counts(text: str) -> dict[str, int]:

@@ -21,15 +21,39 @@
  *
  * Every NVML entry point counts one call and, when latency_us is set, spins
  * for that long (a driver call is an ioctl: CPU time, not sleep).
+ *
+ * Per-process allocation files: a "procdir PATH" config line names a
+ * directory in which every regular file whose name is all digits is a
+ * process (pid = the name) with one "gpu=N mem=BYTES [sm=P] [lists=...]" line
+ * per GPU it holds memory on.  Each file's mem is added to that GPU's used
+ * (the config's used is then the memory no such file holds), so device and
+ * per-process figures stay consistent when a process frees memory.  Files
+ * are written by other processes (temp ".name", then rename): names that are
+ * not all digits are ignored, a file that vanishes mid-read is ignored, and a
+ * malformed one is skipped with a line on stderr.
+ *
+ * Live mode (FAKE_NVML_LIVE=1): every counted entry point stats the config
+ * file and the procdir (at most once per millisecond) and re-reads both when
+ * either changed (mtime, size, inode; a directory's mtime changes on every
+ * rename or unlink in it).  A change within one tick of the kernel's coarse
+ * file clock cannot be told apart by mtime, so a read that happened close to
+ * the last change is repeated once the clock has moved on.  A re-read also
+ * resets the "after" counters of injected errors.  A read fills a second
+ * copy of the state and then publishes it, so a call in another thread sees
+ * either the old config or the new one, never half of one.  Without
+ * FAKE_NVML_LIVE the config is read once, at nvmlInit (or by fakeNvmlReload).
  */
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #define _GNU_SOURCE
 #include <nvml.h>
 
 #include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define MAX_GPUS 64
@@ -55,7 +79,6 @@ typedef struct {
     int mig_mode;
     unsigned max_mig;
     unsigned gi, ci; /* MIG instances only */
-    struct nvmlDevice_st handle;
 } fake_dev_t;
 
 typedef struct {
@@ -89,18 +112,54 @@ typedef struct {
     unsigned long long after, seen;
 } fake_error_t;
 
-static fake_dev_t gpus[MAX_GPUS];
-static fake_dev_t migs[MAX_GPUS][MAX_MIG];
-static unsigned gpu_count;
-static fake_proc_t procs[MAX_PROCS];
-static unsigned proc_count;
-static fake_error_t errors[MAX_ERRORS];
-static unsigned error_count;
-static char driver_version[80] = "580.95.05";
-static char nvml_version[80] = "13.580.95.05";
-static int cuda_version = 13000;
-static long latency_ns;
+/* Everything a config describes.  Two buffers: a (re-)read fills the one not
+ * in use and then publishes it, so a call in another thread never sees half
+ * a config; each entry point takes the published pointer once, as a local
+ * named "state" (the field macros below read through it). */
+typedef struct {
+    fake_dev_t s_gpus[MAX_GPUS];
+    fake_dev_t s_migs[MAX_GPUS][MAX_MIG];
+    unsigned s_gpu_count;
+    fake_proc_t s_procs[MAX_PROCS];
+    unsigned s_proc_count;
+    fake_error_t s_errors[MAX_ERRORS];
+    unsigned s_error_count;
+    char s_driver_version[80];
+    char s_nvml_version[80];
+    int s_cuda_version;
+    long s_latency_ns;
+    char s_procdir[4096]; /* "": no allocation files */
+} fake_state_t;
+
+static fake_state_t state_buffers[2];
+static fake_state_t *published_state = &state_buffers[0];
+
+static fake_state_t *current_state(void)
+{
+    return __atomic_load_n(&published_state, __ATOMIC_ACQUIRE);
+}
+
+#define gpus (state->s_gpus)
+#define migs (state->s_migs)
+#define gpu_count (state->s_gpu_count)
+#define procs (state->s_procs)
+#define proc_count (state->s_proc_count)
+#define errors (state->s_errors)
+#define error_count (state->s_error_count)
+#define driver_version (state->s_driver_version)
+#define nvml_version (state->s_nvml_version)
+#define cuda_version (state->s_cuda_version)
+#define latency_ns (state->s_latency_ns)
+#define procdir (state->s_procdir)
+
+/* Handles are the same whichever buffer is published. */
+static struct nvmlDevice_st gpu_handles[MAX_GPUS];
+static struct nvmlDevice_st mig_handles[MAX_GPUS][MAX_MIG];
+
 static int init_refs;
+
+static void live_poll(void);
+static int live_mode = -1; /* -1: FAKE_NVML_LIVE not read yet */
 
 static struct {
     const char *name;
@@ -110,7 +169,7 @@ static int counter_count;
 
 /* ------------------------------------------------------------ bookkeeping */
 
-static void spin(void)
+static void spin(const fake_state_t *state)
 {
     struct timespec start, now;
     if (latency_ns <= 0)
@@ -121,8 +180,10 @@ static void spin(void)
     } while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < latency_ns);
 }
 
-static void count_call(const char *name, int *slot)
+/* Counts the call, follows the files in live mode, spins; the config to answer from. */
+static fake_state_t *count_call(const char *name, int *slot)
 {
+    fake_state_t *state;
     if (*slot < 0) {
         int i;
         for (i = 0; i < counter_count; i++)
@@ -130,24 +191,29 @@ static void count_call(const char *name, int *slot)
                 break;
         if (i == counter_count) {
             if (counter_count == MAX_COUNTERS)
-                return;
+                return current_state();
             counters[counter_count].name = name;
             counter_count++;
         }
         *slot = i;
     }
     __atomic_fetch_add(&counters[*slot].count, 1, __ATOMIC_RELAXED);
-    spin();
+    if (live_mode != 0)
+        live_poll();
+    state = current_state();
+    spin(state);
+    return state;
 }
 
-#define ENTER()                                   \
-    static int counter_slot_ = -1;                \
-    count_call(__func__, &counter_slot_);         \
-    if (init_refs <= 0)                           \
+#define ENTER()                                                \
+    static int counter_slot_ = -1;                             \
+    fake_state_t *state = count_call(__func__, &counter_slot_); \
+    (void)state;                                               \
+    if (init_refs <= 0)                                        \
         return NVML_ERROR_UNINITIALIZED
 
 /* The error configured for this call, or NVML_SUCCESS. */
-static nvmlReturn_t injected(int gpu, int slot, int group)
+static nvmlReturn_t injected(fake_state_t *state, int gpu, int slot, int group)
 {
     nvmlReturn_t result = NVML_SUCCESS;
     for (unsigned i = 0; i < error_count; i++) {
@@ -167,7 +233,7 @@ static nvmlReturn_t injected(int gpu, int slot, int group)
     return result;
 }
 
-static fake_dev_t *device(nvmlDevice_t handle)
+static fake_dev_t *device(fake_state_t *state, nvmlDevice_t handle)
 {
     if (handle == NULL || handle->gpu < 0 || (unsigned)handle->gpu >= gpu_count)
         return NULL;
@@ -181,11 +247,11 @@ static fake_dev_t *device(nvmlDevice_t handle)
 /* Resolve a handle and apply injected errors: the preamble of a device call. */
 #define DEVICE_CALL(handle, group, dev)                          \
     ENTER();                                                     \
-    fake_dev_t *dev = device(handle);                            \
+    fake_dev_t *dev = device(state, handle);                     \
     if (dev == NULL)                                             \
         return NVML_ERROR_INVALID_ARGUMENT;                      \
     {                                                            \
-        nvmlReturn_t injected_ = injected((handle)->gpu, (handle)->slot, group); \
+        nvmlReturn_t injected_ = injected(state, (handle)->gpu, (handle)->slot, group); \
         if (injected_ != NVML_SUCCESS)                           \
             return injected_;                                    \
     }
@@ -307,9 +373,176 @@ static int config_error(const char *path, unsigned line_no, const char *what)
     return -2;
 }
 
+/* ------------------------------------------------- live files: signatures */
+
+/* What a stat says about a file or directory; a change in any field is a
+ * change of its content (files are replaced by rename, never rewritten). */
+typedef struct {
+    int ok;
+    long long mtime_ns;
+    long long size;
+    unsigned long long ino;
+} file_sig_t;
+
+static file_sig_t config_sig, procdir_sig;
+static long long loaded_at_ns; /* CLOCK_REALTIME of the latest read */
+
+#define RECHECK_NS 20000000LL /* past any coarse file-clock tick (1-10 ms) */
+
+static long long clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static file_sig_t sig_of(const char *path)
+{
+    file_sig_t sig;
+    struct stat st;
+    memset(&sig, 0, sizeof sig);
+    if (path == NULL || path[0] == '\0' || stat(path, &st) != 0)
+        return sig;
+    sig.ok = 1;
+    sig.mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    sig.size = (long long)st.st_size;
+    sig.ino = (unsigned long long)st.st_ino;
+    return sig;
+}
+
+static int same_sig(const file_sig_t *a, const file_sig_t *b)
+{
+    return a->ok == b->ok && a->mtime_ns == b->mtime_ns && a->size == b->size && a->ino == b->ino;
+}
+
+/* ------------------------------------------------- live files: procdir */
+
+static int all_digits(const char *name)
+{
+    if (!*name)
+        return 0;
+    for (const char *c = name; *c; c++)
+        if (!isdigit((unsigned char)*c))
+            return 0;
+    return 1;
+}
+
+static void procdir_skip(const char *dir, const char *name, unsigned line_no, const char *what)
+{
+    fprintf(stderr, "fake libnvidia-ml: skipping %s/%s line %u: %s\n", dir, name, line_no, what);
+}
+
+/* One allocation file: every line is validated before any is added, so a
+ * malformed file adds nothing.  Returns how many processes it added. */
+static unsigned load_allocation_file(fake_state_t *state, const char *dir, const char *name)
+{
+    char path[8192], line[1024];
+    fake_proc_t found[MAX_GPUS];
+    unsigned count = 0, line_no = 0;
+    unsigned pid = (unsigned)strtoul(name, NULL, 10);
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0; /* vanished between readdir and open (freed, or replaced) */
+    while (fgets(line, sizeof line, f)) {
+        char *cursor = line, *key, *value, *end;
+        int has_gpu = 0, has_mem = 0, bad = 0;
+        fake_proc_t p;
+        line_no++;
+        while (*cursor && isspace((unsigned char)*cursor))
+            cursor++;
+        if (*cursor == '\0' || *cursor == '#')
+            continue;
+        if (count == MAX_GPUS) {
+            procdir_skip(dir, name, line_no, "too many lines");
+            fclose(f);
+            return 0;
+        }
+        memset(&p, 0, sizeof p);
+        p.pid = pid;
+        p.lists = 1;
+        p.sm = p.mem_util = -1;
+        p.gi = p.ci = NO_ID;
+        while (!bad && next_pair(&cursor, &key, &value)) {
+            errno = 0;
+            if (!strcmp(key, "gpu")) {
+                long gpu = strtol(value, &end, 10);
+                bad = *value == '\0' || *end != '\0' || gpu < 0 || gpu >= (long)gpu_count;
+                p.gpu = (int)gpu;
+                has_gpu = 1;
+            } else if (!strcmp(key, "mem")) {
+                p.mem = strtoull(value, &end, 10);
+                bad = !isdigit((unsigned char)*value) || *end != '\0' || errno != 0;
+                has_mem = 1;
+            } else if (!strcmp(key, "sm") || !strcmp(key, "mem_util")) {
+                long pct = strtol(value, &end, 10);
+                bad = *value == '\0' || *end != '\0' || pct < 0 || pct > 100;
+                if (key[0] == 's') p.sm = (int)pct; else p.mem_util = (int)pct;
+            } else if (!strcmp(key, "lists")) {
+                p.lists = (strstr(value, "compute") ? 1 : 0) | (strstr(value, "graphics") ? 2 : 0)
+                          | (strstr(value, "mps") ? 4 : 0);
+                bad = p.lists == 0;
+            } else if (!strcmp(key, "sm_stamp")) {
+                p.sm_stamp = strtoull(value, &end, 10);
+                bad = *end != '\0';
+            } else if (!strcmp(key, "gi") || !strcmp(key, "ci")) {
+                unsigned id = (unsigned)strtoul(value, &end, 10);
+                bad = *value == '\0' || *end != '\0';
+                if (key[0] == 'g') p.gi = id; else p.ci = id;
+            } else {
+                bad = 1;
+            }
+        }
+        /* next_pair stops at a word without '=': anything left is malformed */
+        while (*cursor && isspace((unsigned char)*cursor))
+            cursor++;
+        if (bad || *cursor || !has_gpu || !has_mem) {
+            procdir_skip(dir, name, line_no,
+                         bad || *cursor ? "expected gpu=N mem=BYTES [sm=P] [lists=...]"
+                                        : (!has_gpu ? "no gpu=" : "no mem="));
+            fclose(f);
+            return 0;
+        }
+        found[count++] = p;
+    }
+    fclose(f);
+    if (proc_count + count > MAX_PROCS) {
+        procdir_skip(dir, name, 0, "too many processes");
+        return 0;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        procs[proc_count++] = found[i];
+        gpus[found[i].gpu].used += found[i].mem;
+    }
+    return count;
+}
+
+static void load_procdir(fake_state_t *state)
+{
+    DIR *d;
+    struct dirent *entry;
+    if (procdir[0] == '\0' || (d = opendir(procdir)) == NULL)
+        return; /* not there (yet): no process holds memory */
+    while ((entry = readdir(d)) != NULL) {
+        /* names not all digits: ".", "..", and writers' temporary ".name" files */
+        if (!all_digits(entry->d_name))
+            continue;
+        if (entry->d_type != DT_REG && entry->d_type != DT_UNKNOWN)
+            continue;
+        load_allocation_file(state, procdir, entry->d_name);
+    }
+    closedir(d);
+}
+
+/* ----------------------------------------------------------------- config */
+
+/* Fills the buffer not in use, then publishes it. */
 static int load_config(void)
 {
     const char *path = getenv("FAKE_NVML_CONFIG");
+    fake_state_t *const previous = current_state();
+    fake_state_t *const state = previous == &state_buffers[0] ? &state_buffers[1] : &state_buffers[0];
     FILE *f;
     char line[4096];
     unsigned line_no = 0;
@@ -317,9 +550,26 @@ static int load_config(void)
 
     gpu_count = proc_count = error_count = 0;
     latency_ns = 0;
+    procdir[0] = '\0';
     memset(migs, 0, sizeof migs);
-    if (path == NULL || (f = fopen(path, "r")) == NULL)
+    /* versions keep their value unless the config sets them */
+    if (previous->s_driver_version[0]) {
+        memcpy(driver_version, previous->s_driver_version, sizeof driver_version);
+        memcpy(nvml_version, previous->s_nvml_version, sizeof nvml_version);
+        cuda_version = previous->s_cuda_version;
+    } else {
+        snprintf(driver_version, sizeof driver_version, "%s", "580.95.05");
+        snprintf(nvml_version, sizeof nvml_version, "%s", "13.580.95.05");
+        cuda_version = 13000;
+    }
+    /* stat before reading: a change during the read shows on the next poll */
+    loaded_at_ns = clock_ns(CLOCK_REALTIME);
+    config_sig = sig_of(path);
+    procdir_sig = sig_of(NULL);
+    if (path == NULL || (f = fopen(path, "r")) == NULL) {
+        __atomic_store_n(&published_state, state, __ATOMIC_RELEASE);
         return -1;
+    }
     while (status == 0 && fgets(line, sizeof line, f)) {
         char *cursor = line, *word, *key, *value;
         line_no++;
@@ -339,6 +589,17 @@ static int load_config(void)
             end = cursor + strcspn(cursor, "\r\n");
             *end = '\0';
             snprintf(word[0] == 'd' ? driver_version : nvml_version, 80, "%s", cursor);
+        } else if (!strcmp(word, "procdir")) {
+            char *end;
+            while (isspace((unsigned char)*cursor))
+                cursor++;
+            end = cursor + strcspn(cursor, "\r\n");
+            *end = '\0';
+            if (*cursor == '\0' || end - cursor >= (long)sizeof procdir) {
+                status = config_error(path, line_no, "procdir needs a path");
+                break;
+            }
+            snprintf(procdir, sizeof procdir, "%s", cursor);
         } else if (!strcmp(word, "cuda_version")) {
             cuda_version = atoi(cursor);
         } else if (!strcmp(word, "latency_us")) {
@@ -351,8 +612,8 @@ static int load_config(void)
             fake_dev_t *d = &gpus[gpu_count];
             device_defaults(d);
             d->present = 1;
-            d->handle.gpu = (int)gpu_count;
-            d->handle.slot = -1;
+            gpu_handles[gpu_count].gpu = (int)gpu_count;
+            gpu_handles[gpu_count].slot = -1;
             while (next_pair(&cursor, &key, &value))
                 device_field(d, key, value);
             gpu_count++;
@@ -370,8 +631,8 @@ static int load_config(void)
                 break;
             }
             tmp.present = 1;
-            tmp.handle.gpu = gpu;
-            tmp.handle.slot = slot;
+            mig_handles[gpu][slot].gpu = gpu;
+            mig_handles[gpu][slot].slot = slot;
             migs[gpu][slot] = tmp;
         } else if (!strcmp(word, "proc")) {
             fake_proc_t *p;
@@ -434,11 +695,55 @@ static int load_config(void)
         }
     }
     fclose(f);
+    if (status == 0 && procdir[0]) {
+        procdir_sig = sig_of(procdir);
+        load_procdir(state);
+    }
+    __atomic_store_n(&published_state, state, __ATOMIC_RELEASE);
     return status;
 }
 
+/* ------------------------------------------------------------- live mode */
+
+/* Re-read the config and the procdir when either changed.  A read that came
+ * soon after the newest change it saw is repeated once the file clock has
+ * surely moved on: a second rename in the same coarse tick leaves the
+ * directory's mtime as it was. */
+static void live_poll(void)
+{
+    static long long last_poll_ns;
+    static int busy;
+    fake_state_t *state = current_state();
+    long long now, newest;
+    file_sig_t cfg, dir;
+
+    if (live_mode < 0) {
+        const char *value = getenv("FAKE_NVML_LIVE");
+        live_mode = value != NULL && strcmp(value, "1") == 0;
+        if (!live_mode)
+            return;
+    }
+    if (init_refs <= 0)
+        return; /* nvmlInit reads everything */
+    now = clock_ns(CLOCK_MONOTONIC);
+    if (now - last_poll_ns < 1000000LL)
+        return;
+    if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+        return; /* another thread is polling */
+    last_poll_ns = now;
+    cfg = sig_of(getenv("FAKE_NVML_CONFIG"));
+    dir = sig_of(procdir);
+    newest = config_sig.mtime_ns > procdir_sig.mtime_ns ? config_sig.mtime_ns : procdir_sig.mtime_ns;
+    if (!same_sig(&cfg, &config_sig) || !same_sig(&dir, &procdir_sig)
+            || (loaded_at_ns < newest + RECHECK_NS && clock_ns(CLOCK_REALTIME) >= newest + RECHECK_NS)) {
+        if (load_config() != 0)
+            fprintf(stderr, "fake libnvidia-ml: live re-read of the config failed\n");
+    }
+    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+}
+
 /* Library-wide errors (init, count, driver version) come from gpu-less entries. */
-static nvmlReturn_t injected_global(int group)
+static nvmlReturn_t injected_global(fake_state_t *state, int group)
 {
     nvmlReturn_t result = NVML_SUCCESS;
     for (unsigned i = 0; i < error_count; i++) {
@@ -500,7 +805,7 @@ static nvmlReturn_t do_init(void)
         if (status != 0)
             return NVML_ERROR_UNKNOWN;
     }
-    code = injected_global(G_INIT);
+    code = injected_global(current_state(), G_INIT);
     if (code != NVML_SUCCESS)
         return code;
     init_refs++;
@@ -557,7 +862,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     ENTER();
-    nvmlReturn_t code = injected_global(G_DRIVER);
+    nvmlReturn_t code = injected_global(state, G_DRIVER);
     if (code != NVML_SUCCESS)
         return code;
     return copy_string(driver_version, version, length);
@@ -587,9 +892,9 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version)
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t get_count(unsigned int *count)
+static nvmlReturn_t get_count(fake_state_t *state, unsigned int *count)
 {
-    nvmlReturn_t code = injected_global(G_COUNT);
+    nvmlReturn_t code = injected_global(state, G_COUNT);
     if (code != NVML_SUCCESS)
         return code;
     if (count == NULL)
@@ -598,31 +903,31 @@ static nvmlReturn_t get_count(unsigned int *count)
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { ENTER(); return get_count(count); }
-nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { ENTER(); return get_count(count); }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { ENTER(); return get_count(state, count); }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { ENTER(); return get_count(state, count); }
 
-static nvmlReturn_t get_handle(unsigned int index, nvmlDevice_t *out)
+static nvmlReturn_t get_handle(fake_state_t *state, unsigned int index, nvmlDevice_t *out)
 {
     nvmlReturn_t code;
     if (out == NULL || index >= gpu_count)
         return NVML_ERROR_INVALID_ARGUMENT;
-    code = injected((int)index, -1, G_HANDLE);
+    code = injected(state, (int)index, -1, G_HANDLE);
     if (code != NVML_SUCCESS)
         return code;
-    *out = &gpus[index].handle;
+    *out = &gpu_handles[index];
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device_out)
 {
     ENTER();
-    return get_handle(index, device_out);
+    return get_handle(state, index, device_out);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device_out)
 {
     ENTER();
-    return get_handle(index, device_out);
+    return get_handle(state, index, device_out);
 }
 
 /* --------------------------------------------------------- static fields */
@@ -970,7 +1275,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t handle, unsigned i
         return NVML_ERROR_INVALID_ARGUMENT;
     if (!dev->mig_mode || index >= MAX_MIG || !migs[handle->gpu][index].present)
         return NVML_ERROR_NOT_FOUND;
-    *mig = &migs[handle->gpu][index].handle;
+    *mig = &mig_handles[handle->gpu][index];
     return NVML_SUCCESS;
 }
 
@@ -1012,7 +1317,7 @@ nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvml
     (void)dev;
     if (parent == NULL || !is_mig(mig))
         return NVML_ERROR_INVALID_ARGUMENT;
-    *parent = &gpus[mig->gpu].handle;
+    *parent = &gpu_handles[mig->gpu];
     return NVML_SUCCESS;
 }
 
@@ -1141,13 +1446,13 @@ nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t handle, nvmlDriverModel_t 
     return NVML_ERROR_NOT_SUPPORTED;
 }
 
-nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t handle, nvmlPstates_t *state)
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t handle, nvmlPstates_t *pstate)
 {
     DEVICE_CALL(handle, G_EXTRA, dev);
     (void)dev;
-    if (state == NULL)
+    if (pstate == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *state = NVML_PSTATE_0;
+    *pstate = NVML_PSTATE_0;
     return NVML_SUCCESS;
 }
 
