@@ -7,7 +7,8 @@ app running, like Ollama's keep-alive.  On each agent tick, resident models
 whose weights are on a GPU, idle at least the TTL (see ``eligibility`` for the
 idle clock) and with no automatic blocker are unloaded to "cpu" (reason
 "idle"), one after another on a thread of their own so the agent keeps
-answering.
+answering.  In a model server that manages its own models (``managed``) the
+timer unloads nothing: the server frees its models itself.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from typing import Any
 
 from . import log as _log
+from . import managed
 from .errors import ActionError
 from .model_guard import RESIDENT
 from .protocol import idle_unload_problem
@@ -50,7 +52,7 @@ class IdlePolicy:
 
     def tick(self) -> None:
         ttl = self.ttl_s
-        if ttl is None:
+        if ttl is None or managed.server() is not None:
             return
         thread = self._thread
         if thread is not None and thread.is_alive():

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import log as _log
-from . import oom_capture, protocol
+from . import managed, oom_capture, protocol
 from .registry import command_line
 
 DEVICE_KEYS = (
@@ -229,6 +229,7 @@ def build_report(agent_version: str, tracker: Any, watch: CudaWatch,
         "discovery": {"method": None, "scan_seconds": None, "modules_tracked": 0},
         "events": manager.recent_events() if manager is not None else [],
         "policy": manager.policy() if manager is not None else {"idle_unload_s": None},
+        "managed_by": managed.server(),  # a model server that unloads its models itself
     }
     if torch is None:
         if "torch" in sys.modules:

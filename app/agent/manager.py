@@ -6,7 +6,9 @@ States (per root model, see ``guard``): resident -> unloading -> offloaded (to
 subscribers as ``model_state``.
 
 Unload (``unload {model, to, force, reason}``)
-    Refused (``refused``, the model stays resident and usable) for what
+    Refused with ``managed``, whatever the reason and ``force``, in a model
+    server that manages its own models (``managed``).  Else refused
+    (``refused``, the model stays resident and usable) for what
     ``eligibility`` names: a blocker (compiled / exported / traced, shared
     tensors, weights shared with other processes, meta placeholders,
     unmovable tensors, no hooks) whatever ``force`` says; training evidence
@@ -65,7 +67,18 @@ import time
 import weakref
 from typing import Any
 
-from . import churn, eligibility, forks, modes, moves, protocol, requests, retirement, sharing
+from . import (
+    churn,
+    eligibility,
+    forks,
+    managed,
+    modes,
+    moves,
+    protocol,
+    requests,
+    retirement,
+    sharing,
+)
 from . import figures as _fig
 from . import log as _log
 from . import model_guard as _guard
@@ -160,7 +173,8 @@ class Manager:
     def _blockers(self, module: Any, g: Any, figures: dict, automatic_gpu: bool = True
                   ) -> tuple[str | None, str | None, str | None]:
         """(unload blocker, training evidence, automatic blocker)."""
-        blocker = eligibility.unload_blocker(module, g, self.tracker, figures)
+        blocker = managed.blocker() or eligibility.unload_blocker(module, g, self.tracker,
+                                                                  figures)
         evidence = eligibility.training_evidence(module, g, figures, self.steps) \
             if g is not None else None
         automatic = blocker or evidence
@@ -245,6 +259,9 @@ class Manager:
         torch = _torch()
         if torch is None:
             raise ActionError(protocol.REFUSED, "torch is not loaded")
+        server = managed.server()
+        if server is not None:
+            raise ActionError(protocol.MANAGED, managed.refusal(server))
         automatic = reason in requests.AUTOMATIC
         with self._op_lock:
             if g.state is not _guard.RESIDENT:

@@ -39,7 +39,9 @@ Methods (the allowlist; anything else is ``unknown_method``)
                     evidence) -> the model event (below) once the model is
                     offloaded; refused with ``refused`` and a reason (training
                     evidence, a forward running, torch.compile, shared tensors,
-                    ...) leaving the model resident and usable
+                    ...) leaving the model resident and usable; in a model server
+                    that manages its own models (the report's ``managed_by``)
+                    every unload, forced or not, is refused with ``managed``
     ``reload``      ``{"model": "m1"}`` -> the model event once resident again
                     (already resident: an unrecorded event with ``"note"``)
     ``pin``         ``{"model": "m1", "pinned": true}`` -> ``{"model", "pinned"}``;
@@ -58,7 +60,11 @@ Methods (the allowlist; anything else is ``unknown_method``)
                     history, ``busy`` while a recording runs; runs on a thread of its
                     own (other actions are not held up)
 
-The report also carries ``"ooms"``: the last 8 OOM captures, oldest first, each
+The report also carries ``"managed_by"``: the model server the process runs, which
+loads and frees its own models ("ComfyUI", "Forge", "AUTOMATIC1111",
+"text-generation-webui", "vLLM", "SGLang"; ``app.agent.managed``), or null; each
+model's ``unload_blocker`` and ``auto_unload_blocker`` then say ``managed by <server>``.
+It also carries ``"ooms"``: the last 8 OOM captures, oldest first, each
 ``{"seq", "time", "device", "uuid", "request", "limit", "free", "stats": {"allocated",
 "reserved", "active", "inactive_split", "peak_allocated", "peak_reserved",
 "num_alloc_retries", "num_ooms"}, "segments": {"count", "reserved", "allocated", "free",
@@ -81,8 +87,9 @@ Error codes
     ``bad_request`` (not a valid request object), ``unknown_method``,
     ``bad_params``, ``unauthorized``, ``busy`` (also, with ``"id": null``,
     the last frame of a connection closed to make room for a new one),
-    ``refused``, ``not_found``, ``failed`` (the action ran and raised; the
-    message says why), ``internal``.
+    ``refused``, ``managed`` (an unload in a model server that manages its own
+    models: the message says whose unload to use), ``not_found``, ``failed``
+    (the action ran and raised; the message says why), ``internal``.
 """
 
 from __future__ import annotations
@@ -106,6 +113,7 @@ BAD_PARAMS = "bad_params"
 UNAUTHORIZED = "unauthorized"
 BUSY = "busy"
 REFUSED = "refused"  # a model action that would not be safe: the reason says why
+MANAGED = "managed"  # an unload refused: a model server manages the process's models
 NOT_FOUND = "not_found"  # no such model (it may have been garbage-collected)
 FAILED = "failed"
 INTERNAL = "internal"

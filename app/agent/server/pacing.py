@@ -11,9 +11,9 @@ for the interpreter.  Two rules keep a storm of same-user requests cheap:
   agent for its turn (a generic cell rate algorithm), so a client that waits
   for its answers is merely slowed to that rate.  ``hello``, ``ping``,
   ``auth`` and ``subscribe`` are never paced.
-* A ``busy`` or ``refused`` answer of an action is sent ``REFUSAL_DELAY_S``
-  late: a client retrying in a loop waits between tries, while a person
-  clicking Unload does not notice a quarter of a second.
+* A ``busy``, ``refused`` or ``managed`` answer of an action is sent
+  ``REFUSAL_DELAY_S`` late: a client retrying in a loop waits between tries,
+  while a person clicking Unload does not notice a quarter of a second.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from .. import protocol
 
 REFUSAL_DELAY_S = 0.25
+_HELD_BACK = (protocol.BUSY, protocol.REFUSED, protocol.MANAGED)
 #: Requests one client may have waiting for their turn; beyond, it is closed.
 MAX_WAITING = 64
 UNPACED = frozenset({"auth", "hello", "ping", "subscribe"})
@@ -80,4 +81,4 @@ class Later:
 def held_back(outcome: dict) -> bool:
     """Is this answer a refusal sent late (``REFUSAL_DELAY_S``)?"""
     err = outcome.get("error")
-    return isinstance(err, dict) and err.get("code") in (protocol.BUSY, protocol.REFUSED)
+    return isinstance(err, dict) and err.get("code") in _HELD_BACK

@@ -103,3 +103,19 @@ def test_reloaded_at_is_epoch_seconds(raw, parsed):
 def test_reloaded_at_never_reloaded_missing_or_mistyped_is_none(raw):
     assert ModelInfo.from_json({"id": "m1", "reloaded_at": raw}).reloaded_at is None
     assert ModelInfo.from_json({"id": "m1"}).reloaded_at is None  # an older agent
+
+
+@pytest.mark.parametrize(("raw", "parsed"), [
+    ("ComfyUI", "ComfyUI"), ("text-generation-webui", "text-generation-webui"),
+    (None, None), ("", None), (3, None), (True, None), (["vLLM"], None), ({"n": 1}, None)])
+def test_managed_by_names_the_model_server_or_is_none(raw, parsed):
+    r = AgentReport.from_json({"pid": 7, "managed_by": raw, "models": [
+        {"id": "m1", "unload_blocker": "managed by ComfyUI",
+         "auto_unload_blocker": "managed by ComfyUI"}]})
+    assert r.managed_by == parsed
+    assert r.models[0].blocker == "managed by ComfyUI"
+
+
+def test_an_older_agents_report_has_no_server():
+    assert AgentReport.from_json({"pid": 7}).managed_by is None
+    assert AgentReport(7, (), None, None, "torch not loaded", None, None, (), ()).managed_by is None
