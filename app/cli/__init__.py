@@ -19,7 +19,19 @@ import os
 import sys
 
 from app import APP_NAME, __version__
-from app.cli import agent_env, agents, doctor, gui, history, models, record, run, serve, status
+from app.cli import (
+    agent_env,
+    agents,
+    doctor,
+    gui,
+    history,
+    models,
+    record,
+    run,
+    serve,
+    servers,
+    status,
+)
 from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, new_command
 from app.cli.demo_option import DemoAction, attach_scenarios
 from app.cli.remote import REMOTE_COMMANDS, add_remote_options
@@ -56,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     record.register(sub, common)
     history.register(sub, common)
     serve.register(sub, common)
+    servers.register(sub, common)
     for name in REMOTE_COMMANDS:
         add_remote_options(sub.choices[name])
     return parser

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from app import APP_NAME
 from app.cli.common import EXIT_FAILED, EXIT_NO_AGENT, EXIT_OK, print_json
+from app.cli.servers import managed_pids, server_model_records
 
 if TYPE_CHECKING:
     from app.core.agents.directory import AgentDirectory
     from app.core.agents.types import AgentReport, ModelActionResult
+    from app.core.monitor.samples import Snapshot
 
 #: What a model action's failure code means for the exit status.
 _NOT_FOUND_CODES = frozenset({"not_found"})
@@ -59,7 +61,13 @@ def cmd_models(args: argparse.Namespace) -> int:
     from app.cli.directory import DEMO_REPLAY_S, open_directory, read_reports
 
     answers = read_reports(open_directory(args, replay_s=DEMO_REPLAY_S), args.timeout)
-    records = [rec for a in answers if a.report is not None for rec in model_records(a.report)]
+    servers = _servers_snapshot(args)
+    managed = managed_pids(servers) if servers is not None else set()
+    records = [{"kind": "agent", **rec} for a in answers
+               if a.report is not None and a.report.pid not in managed
+               for rec in model_records(a.report)]
+    if servers is not None:
+        records += server_model_records(servers)
     if args.json:
         print_json(records)
     else:
@@ -70,6 +78,20 @@ def cmd_models(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _servers_snapshot(args: argparse.Namespace) -> Snapshot | None:
+    """The snapshot whose servers' models ``models`` lists (None: the demo's)."""
+    if getattr(args, "demo", False):
+        return None
+    if getattr(args, "host", None):
+        from app.cli.status import _remote_snapshot
+
+        return _remote_snapshot(args)
+    from app.cli.servers import local_servers
+
+    with local_servers() as (collector, _):
+        return collector.collect()
+
+
 def _models_table(records: list[dict[str, Any]]) -> str:
     from app.core.units import NA, fmt_bytes, fmt_duration
 
@@ -78,6 +100,9 @@ def _models_table(records: list[dict[str, Any]]) -> str:
     lines = [f"{'PID':>8}  {'ID':<10} {'NAME':<20} {'CLASS':<22} {'MODE':<5} {'STATE':<16} "
              f"{'DEVICE':<7} {'HOME':<7} {'PARAMS':>8} {'SIZE':>10} {'IDLE':>11} PIN  BLOCKER"]
     for r in records:
+        if r["kind"] == "server":
+            lines.append(_server_line(r))
+            continue
         count = r["params"]
         params = NA if count is None else (
             f"{count / 1e6:.1f}M" if count >= 100_000 else f"{count:,}")
@@ -91,6 +116,17 @@ def _models_table(records: list[dict[str, Any]]) -> str:
                      f"{fmt_duration(r['idle_s']):>11} "
                      f"{'yes' if r['pinned'] else '-':<4} {r['blocker'] or '-'}")
     return "\n".join(lines)
+
+
+def _server_line(r: dict[str, Any]) -> str:
+    from app.core.units import NA, fmt_bytes, fmt_duration
+
+    size = fmt_bytes(r["vram_bytes"]) if r["vram_bytes"] is not None else NA
+    how = r["unload"] or f"no unload: {r['no_unload']}"
+    return (f"{r['pid']:>8}  {r['id'][:10]:<10} {r['name'][:20]:<20} "
+            f"{r['server_label'][:22]:<22} {'':<5} {r['state'][:16]:<16} "
+            f"{('GPU ' + str(r['gpu'])) if r['gpu'] is not None else NA:<7} {'':<7} {'':>8} "
+            f"{size:>10} {fmt_duration(r['idle_s']):>11} {'-':<4} {how}")
 
 
 # ----------------------------------------------------------------- actions
@@ -125,8 +161,11 @@ def _print_action(result: ModelActionResult, verb: str) -> None:
 
     ev = result.event
     who = f"{result.pid} {ev.name if ev else result.model}"
+    if result.outcome is not None:  # a model server's unload, measured from NVML
+        print(f"{who}: {verb} {result.outcome}: {result.note}")
+        return
     if not result.ok:
-        print(f"{who}: {verb} {'refused' if result.code == 'refused' else 'failed'}: "
+        print(f"{who}: {verb} {'refused' if result.code in ('refused', 'managed') else 'failed'}: "
               f"{result.error}" + (f" [{result.code}]" if result.code else "")
               + _force_hint(result, verb))
         return
@@ -162,6 +201,12 @@ def _report_action(args: argparse.Namespace, result: ModelActionResult, verb: st
 
 
 def cmd_unload(args: argparse.Namespace) -> int:
+    if not args.host and not getattr(args, "demo", False):
+        from app.cli.servers import unload_on_server
+
+        served = unload_on_server(args)
+        if served is not None:
+            return _report_action(args, served, "unload")
     directory = _one_agent(args)
     if directory is None:
         return _no_agent(args)
@@ -171,6 +216,12 @@ def cmd_unload(args: argparse.Namespace) -> int:
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
+    if not args.host and not getattr(args, "demo", False):
+        from app.cli.servers import unload_on_server
+
+        served = unload_on_server(args, reload=True)
+        if served is not None:
+            return _report_action(args, served, "reload")
     directory = _one_agent(args)
     if directory is None:
         return _no_agent(args)

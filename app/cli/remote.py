@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: The commands that take ``--host``: everything but the GUI, run, agent-path and serve.
 REMOTE_COMMANDS = ("status", "agents", "free-cache", "models", "unload", "reload", "pin",
-                   "policy", "doctor", "record", "history")
+                   "policy", "doctor", "record", "history", "servers")
 
 
 def _host_url(text: str) -> str:

@@ -16,6 +16,7 @@ from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, print_json
 if TYPE_CHECKING:
     from app.core.monitor.samples import Snapshot
     from app.core.monitor.source import GpuSource
+    from app.core.servers.directory import ServerDirectory
 
 
 def make_source(demo: bool, seed: int = 7, size: tuple[int, int] | None = None,
@@ -39,7 +40,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.host:
         snapshot = _remote_snapshot(args)
     else:
-        collector = Collector(make_source(args.demo, args.seed, size=args.demo_size))
+        collector = Collector(make_source(args.demo, args.seed, size=args.demo_size),
+                              servers=None if args.demo else _servers())
         try:
             collector.open()
         except SourceUnavailable as exc:
@@ -63,6 +65,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{APP_NAME}: {snapshot.error}", file=sys.stderr)
         return EXIT_NO_SOURCE
     return EXIT_OK
+
+
+def _servers() -> ServerDirectory:
+    """This host's model servers, scanned and asked once (a server that hangs
+    costs one second)."""
+    from app.core.servers.directory import ServerDirectory
+
+    servers = ServerDirectory(timeout_s=1.0)
+    servers.refresh()
+    return servers
 
 
 def _remote_snapshot(args: argparse.Namespace) -> Snapshot:

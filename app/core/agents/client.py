@@ -41,10 +41,11 @@ def report_to_json(report: AgentReport | None, entry: AgentEntry | None = None,
                 "python": entry.python if entry else None,
                 "torch": entry.torch if entry else None, "torch_status": None,
                 "cuda_initialized": None, "allocator_backend": None, "devices": [],
-                "models": [], "idle_unload_s": None, "events": [],
+                "models": [], "idle_unload_s": None, "events": [], "managed_by": None,
                 "error": error or "no report"}
     return {
         "pid": report.pid, "argv": list(report.argv), "python": report.python,
+        "managed_by": report.managed_by,
         "torch": report.torch, "torch_status": report.torch_status,
         "cuda_initialized": report.cuda_initialized,
         "allocator_backend": report.allocator_backend,

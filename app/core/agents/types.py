@@ -152,7 +152,8 @@ class ModelInfo:
     # an unload unless forced (manual only) and blocks automatic unloading.
     training_evidence: str | None = None
     # Why the agent refuses any unload, forced or not ("torch.compile", "TorchScript",
-    # "torch.export", "shares tensors with m3", "meta placeholders", "no agent hooks").
+    # "torch.export", "shares tensors with m3", "meta placeholders", "no agent hooks",
+    # "managed by ComfyUI").
     unload_blocker: str | None = None
     # Bytes of meta-device placeholders (weights held elsewhere, e.g. by an offload
     # hook); not in bytes_by_device.  None: unknown.
@@ -252,11 +253,17 @@ class ModelActionResult:
     pinned: bool | None = None
     error: str | None = None
     code: str | None = None  # protocol error code, e.g. "refused"
+    # A model server's unload (app.core.servers): its outcome ("freed", "pending",
+    # "not freed", ...), the line saying what happened, and the bytes NVML saw freed.
+    outcome: str | None = None
+    note: str | None = None
+    freed_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         ev = self.event
         return {"pid": self.pid, "model": self.model, "ok": self.ok, "error": self.error,
-                "code": self.code, "pinned": self.pinned,
+                "code": self.code, "pinned": self.pinned, "outcome": self.outcome,
+                "note": self.note, "freed_bytes": self.freed_bytes,
                 "state": ev.state if ev else None, "target": ev.target if ev else None,
                 "bytes_moved": ev.bytes_moved if ev else None,
                 "bytes_released": ev.bytes_released if ev else None,
@@ -284,6 +291,10 @@ class AgentReport:
     round_trip_s: float | None = None
     ooms: tuple[OomCapture, ...] = ()  # the last OOMs the agent captured, oldest first
     steps: StepMemory | None = None  # optimizer steps and live bytes after them; None: unknown
+    # The model server the process runs, which loads and frees its own models ("ComfyUI",
+    # "Forge", "AUTOMATIC1111", "text-generation-webui", "vLLM", "SGLang"): its agent
+    # refuses every unload (code "managed").  None: none, or an agent too old to say.
+    managed_by: str | None = None
 
     def device(self, index: int) -> DeviceMemory | None:
         for dev in self.devices:
@@ -347,7 +358,8 @@ class AgentReport:
             idle_unload_s=_float((data.get("policy") or {}).get("idle_unload_s"))
             if isinstance(data.get("policy"), dict) else None,
             received_at=received_at, round_trip_s=round_trip_s,
-            ooms=captures(data.get("ooms")), steps=StepMemory.from_json(data.get("steps")))
+            ooms=captures(data.get("ooms")), steps=StepMemory.from_json(data.get("steps")),
+            managed_by=_str(data.get("managed_by")) or None)
 
 
 @dataclass(frozen=True, slots=True)

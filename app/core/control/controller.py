@@ -63,6 +63,7 @@ from app.core.control.requests import (
     Unload,
     UnloadIdle,
 )
+from app.core.control.server_actions import server_action
 from app.core.control.work import error_text, run_cache_action, run_model_action, run_record
 from app.core.monitor.samples import Snapshot
 
@@ -278,6 +279,10 @@ class AppController:
             problem = idle_unload_problem(req.seconds)
             if problem is not None:
                 raise RequestError(Refusal.INVALID, f"the idle timer {problem}")
+        served = server_action(self._snapshot(), req) \
+            if isinstance(req, (Unload, Reload)) else None
+        if served is not None:  # a model server's model: its own API unloads it
+            return self._start_model(served)
         snap = self._check_agent(req.pid)
         report = snap.agents[req.pid]
         label = targets.label_of(snap, req.pid)
@@ -305,6 +310,9 @@ class AppController:
                 action.display_id = gpu_of_device(snap, report, device, req.pid)
                 action.baseline = nvml_usage(snap, req.pid, action.display_id)
                 action.gpu_before = gpu_used(snap, action.display_id)
+        return self._start_model(action)
+
+    def _start_model(self, action: ModelAction) -> ModelAction:
         if action.key in self.busy_models():
             raise RequestError(Refusal.BUSY, f"{action.who()} is busy")
         self._start(action)

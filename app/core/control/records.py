@@ -188,7 +188,7 @@ class ModelAction:
     def refused(self) -> bool:
         r = self.result
         return bool(self.done and r is not None and not r.ok and (
-            r.code == "refused" or (r.code is None and overridable(r.error))))
+            r.code in ("refused", "managed") or (r.code is None and overridable(r.error))))
 
     @property
     def can_force(self) -> bool:

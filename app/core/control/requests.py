@@ -161,6 +161,7 @@ class Refusal(StrEnum):
     SIMULATED = "simulated"  # a demo process: nothing real to signal
     NO_CUDA = "no_cuda"  # the process has not initialised CUDA: nothing to record
     INVALID = "invalid"  # a figure out of its bounds (a recording's length, an idle timer)
+    NO_UNLOAD = "no_unload"  # a model server whose API offers no unload
 
 
 class RequestError(ValueError):

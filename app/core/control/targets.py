@@ -45,7 +45,7 @@ def idle_models(snapshot: Snapshot | None, min_idle_s: float
                 ) -> list[tuple[int, str, str, str, int]]:
     """(pid, model id, name, device, bytes) of every model the auto-unload rules would
     unload now from any GPU, whatever the GPU's level."""
-    if snapshot is None or not snapshot.agents:
+    if snapshot is None or not (snapshot.agents or snapshot.servers):
         return []
     from app.core.policies.pressure import PressurePolicy, PressurePolicyConfig
 

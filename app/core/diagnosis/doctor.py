@@ -23,6 +23,7 @@ from app.core.diagnosis import findings
 from app.core.diagnosis.agentless import AgentlessEnv, AgentlessFinder, no_agent
 from app.core.diagnosis.forecast import FullSoon, seconds_to_full
 from app.core.diagnosis.oom_report import LeakHint, build_report, report_id
+from app.core.diagnosis.server_advice import idle_server_models
 from app.core.diagnosis.step_growth import StepConfig, StepGrowth, step_growth
 from app.core.diagnosis.tf_maps import TfDetector
 from app.core.diagnosis.trends import Series, Trend, TrendConfig
@@ -219,6 +220,7 @@ class Doctor:
                 out.extend(self._process(gpu, gkey, proc, report, now, growers, caches))
             out.extend(self._forecast(gpu, series, now, growers, caches))
         out.extend(self._agentless_findings(snapshot))
+        out.extend(idle_server_models(snapshot, self.config.advice.model_idle_s))
         self._full.forget(live_gpus)
         for key in [k for k, st in self._procs.items()
                     if now - st.last_seen > self.config.forget_after_s]:
@@ -227,12 +229,14 @@ class Doctor:
         return tuple(out)
 
     def _agentless_findings(self, snapshot: Snapshot) -> list[Diagnosis]:
-        """PyTorch processes holding VRAM without an agent, one finding per environment."""
+        """PyTorch processes holding VRAM without an agent, one finding per environment
+        (a model server's are controlled through its API instead)."""
         by_env: dict[AgentlessEnv, list[tuple[GpuSample, ProcessSample]]] = {}
         for gpu in snapshot.gpus:
             for proc in gpu.processes:
                 if (proc.pid in snapshot.agents or not proc.gpu_memory
-                        or proc.host_status is not HostStatus.OK):
+                        or proc.host_status is not HostStatus.OK
+                        or any(s.holds(proc.pid) for s in snapshot.servers)):
                     continue
                 env = self._agentless.torch_env(proc.pid, proc.create_time)
                 if env is not None:

@@ -19,6 +19,8 @@ from app.core.monitor.nvml_errors import NA_NOT_SUPPORTED, NA_SEE_MIG
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.core.monitor.source import GpuSource, SourceUnavailable
 from app.core.policies.pressure import PolicyRunner, PressurePolicyConfig
+from app.core.servers.directory import ServerDirectory
+from app.core.servers.routing import WithServers
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class Collector:
                  pressure_policy: PolicyRunner | PressurePolicyConfig | bool = True,
                  doctor: Doctor | bool = True, wall_clock: Callable[[], float] = time.time,
                  monotonic_clock: Callable[[], float] = time.monotonic,
-                 host_refresh_s: float = 0.0) -> None:
+                 host_refresh_s: float = 0.0, servers: ServerDirectory | None = None) -> None:
         """``pressure_policy``: True (default) runs the memory-pressure policy
         with its defaults whenever there are ``agents``; a config or a runner
         to choose; False for none.  The runner is ``self.policy``.  Every
@@ -43,8 +45,13 @@ class Collector:
         directory, except the demo's); a Doctor to choose; False for none.
         The clocks stamp snapshots (the demo's instant run passes its own).
         ``host_refresh_s``: how long a process's host figures (CPU %, RSS) are
-        kept before they are read again (0: every tick)."""
+        kept before they are read again (0: every tick).  ``servers``: the
+        model servers on this host, read on their own threads and joined to
+        every snapshot (``Snapshot.servers``)."""
         self._host_refresh_s = host_refresh_s
+        if servers is None and isinstance(agents, WithServers):
+            servers = agents.servers
+        self.servers = servers
         self.source = source
         self._wall = wall_clock
         self._mono = monotonic_clock
@@ -78,6 +85,8 @@ class Collector:
                 self.agents.start()
             except Exception:
                 log.exception("starting the agent directory failed")
+        if self.servers is not None:
+            self.servers.start()
         self.source.open()
         self._opened = True
         self._driver_version = self.source.driver_version()
@@ -111,10 +120,22 @@ class Collector:
         snapshot = Snapshot(self._wall(), self._mono(), self.source.name,
                             self._driver_version, gpus, None, time.perf_counter() - started,
                             agents)
-        if self.policy is not None:
-            self.policy.observe(snapshot)  # decides here, unloads on its own thread
+        snapshot = self._with_servers(snapshot)
+        if self.policy is not None and (self.servers is None or self.servers.ready):
+            # Decides here, unloads on its own thread; not before the model servers
+            # are known (a second or two), so a crossing is not spent on "nothing".
+            self.policy.observe(snapshot)
         snapshot = self.events.attach(snapshot)
         return self.doctor.observe(snapshot) if self.doctor is not None else snapshot
+
+    def _with_servers(self, snapshot: Snapshot) -> Snapshot:
+        if self.servers is None:
+            return snapshot
+        try:
+            return dataclasses.replace(snapshot, servers=self.servers.current(snapshot))
+        except Exception:
+            log.exception("joining the model servers failed")
+            return snapshot
 
     def _agent_reports(self) -> dict:
         if self.agents is None:
@@ -169,12 +190,15 @@ class Collector:
         snapshot = Snapshot(self._wall(), self._mono(), self.source.name,
                             self._driver_version, (), reason, time.perf_counter() - started,
                             self._agent_reports())
+        snapshot = self._with_servers(snapshot)  # servers answer without NVML too
         # OOM captures still arrive (agents answer without NVML); diagnoses stay as they were.
         return self.doctor.observe(snapshot) if self.doctor is not None else snapshot
 
     def close(self) -> None:
         if self.policy is not None:
             self.policy.close()
+        if self.servers is not None:
+            self.servers.close()
         if self._agents_started and self.agents is not None:
             self._agents_started = False
             try:
@@ -204,7 +228,8 @@ def _default_doctor(source: GpuSource) -> Doctor:
 
 
 def default_agents_for(source: GpuSource) -> AgentDirectory:
-    """Simulated agents for the demo, real ones (AgentHub) for anything else."""
+    """Simulated agents for the demo; for anything else real ones (AgentHub)
+    with the host's model servers (``WithServers``)."""
     from app.core.monitor.demo_source import DemoSource
 
     if isinstance(source, DemoSource):
@@ -213,4 +238,6 @@ def default_agents_for(source: GpuSource) -> AgentDirectory:
         return DemoAgents(source)
     from app.core.agents.hub import AgentHub
 
-    return AgentHub()
+    if source.name != "nvml":  # another host's GPUs: its servers are its own
+        return AgentHub()
+    return WithServers(AgentHub(), ServerDirectory())

@@ -172,3 +172,6 @@ class Snapshot:
     # post-mortems new since the previous tick (OomReport), from the Doctor.
     diagnoses: tuple[Any, ...] = ()
     oom_reports: tuple[Any, ...] = ()
+    # Every model server recognised on the host, with what its API says it holds
+    # (app.core.servers.types.ModelServer).
+    servers: tuple[Any, ...] = ()

@@ -23,6 +23,7 @@ from typing import Any
 
 from app.core.monitor.naming import short_name
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
+from app.core.policies.reservations import level_beside, reserved_on
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
 from app.core.units import fmt_bytes
 
@@ -168,6 +169,9 @@ class AlertPolicy:
         cfg = self.config_for(gpu.display_id)
         state = self._gpus.setdefault(gpu.display_id, _GpuState())
         level = gpu.memory_fraction
+        reserved = reserved_on(gpu, snapshot)
+        if reserved is not None:  # a vLLM-like pool: watch what it leaves to the rest
+            level = level_beside(gpu, reserved)
         if gpu.state is not DeviceState.OK or level is None:
             return None  # unknown is not "fine" but also not an alert of this kind
         if level < cfg.rearm:
@@ -184,6 +188,9 @@ class AlertPolicy:
         freeable = _freeable(gpu, snapshot.agents)
         title = f"GPU {gpu.display_id} at {level * 100:.0f} % of its memory"
         parts = [f"{gpu.name}: {fmt_bytes(gpu.memory_used)} of {fmt_bytes(gpu.memory_total)} used."]
+        if reserved is not None:
+            title += " beside a server's reservation"
+            parts.append(f"{reserved.text}; the rest is {level * 100:.0f} % used.")
         if top:
             parts.append("Top: " + ", ".join(
                 f"{t.name} ({t.pid}) {fmt_bytes(t.gpu_memory)}" for t in top) + ".")

@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any
 from app.agent.protocol import RELOAD_GRACE_S
 from app.core.agents.types import ModelActionResult
 from app.core.control.measure import ActionFigures, released_text
+from app.core.policies.server_models import SERVER_DEVICE, server_model_key
+from app.core.policies.server_models import candidates as server_candidates
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
 from app.core.units import fmt_bytes, fmt_duration
 
@@ -65,9 +67,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UNLOAD = "unload"
-NOTHING_ELIGIBLE = "nothing eligible"
-DEFERRED = "deferred"
+UNLOAD, NOTHING_ELIGIBLE, DEFERRED = "unload", "nothing eligible", "deferred"
 IDLE_UNKNOWN = "idle time unknown"
 
 
@@ -261,8 +261,12 @@ class PressurePolicy:
         for pid, report in agents.items():
             for m in report.models:
                 found.setdefault((pid, m.id), now)
+        for server in snapshot.servers:
+            for sm in server.models:
+                found.setdefault((server.pid, server_model_key(sm.id)), now)
         if len(found) > 4 * sum(len(r.models) for r in agents.values()) + 64:
-            self._found = {k: t for k, t in found.items() if k[0] in agents}
+            live = set(agents) | {p for s in snapshot.servers for p in s.pids}
+            self._found = {k: t for k, t in found.items() if k[0] in live}
 
     def watched_s(self, pid: int, model: str, now: float) -> float:
         """Seconds this policy has seen model ``model`` of ``pid`` (0: never)."""
@@ -304,6 +308,14 @@ class PressurePolicy:
                 nbytes = m.bytes_on(cuda) or (m.param_bytes or 0) + (m.buffer_bytes or 0)
                 eligible.append(UnloadAction(pid, m.id, m.name, gpu.index, gpu.uuid, cuda,
                                              nbytes, idle))
+        for server, sm, nbytes, idle, why in server_candidates(
+                snapshot, gpu, self.config.min_idle_s,
+                lambda pid, key: math.inf if now is None else self.watched_s(pid, key, now)):
+            if why is not None or idle is None:
+                skipped.append((server.pid, sm.id, sm.name, why or IDLE_UNKNOWN))
+            else:
+                eligible.append(UnloadAction(server.pid, sm.id, f"{sm.name} ({server.label})",
+                                             gpu.index, gpu.uuid, SERVER_DEVICE, nbytes, idle))
         eligible.sort(key=lambda a: (-a.idle_s, -a.bytes, a.pid, a.model))
         return eligible, skipped
 
@@ -467,12 +479,13 @@ class PolicyRunner:
                                                      code="internal"))
             figures = ActionFigures.total(ActionFigures.of_event(r.event)
                                           for r in results if r.ok)
-            released = figures.released or 0
+            released = (figures.released or 0) + sum(r.freed_bytes or 0 for r in results)
             ok = sum(1 for r in results if r.ok)
             failed = "; ".join(f"{r.model}: {r.code or 'failed'}: {r.error}"
                                for r in results if not r.ok)
+            said = "".join(f"; {r.note}" for r in results if r.ok and r.note)  # servers
             outcome = (f" -> unloaded {ok} of {len(decision.actions)}, "
-                       f"{released_text(figures)}") + (f"; {failed}" if failed else "")
+                       f"{released_text(figures)}") + said + (f"; {failed}" if failed else "")
             done = dataclasses.replace(decision, done=True, results=tuple(results),
                                        bytes_released=released,
                                        reason=decision.reason + outcome)

@@ -83,7 +83,7 @@ class RemoteSource(GpuSource):
             return None
         return {"agents": taken.agents, "model_events": taken.model_events,
                 "policy_decisions": taken.policy_decisions, "diagnoses": taken.diagnoses,
-                "oom_reports": taken.oom_reports}
+                "oom_reports": taken.oom_reports, "servers": taken.servers}
 
     def driver_version(self) -> str | None:
         latest = self._latest

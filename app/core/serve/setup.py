@@ -31,8 +31,11 @@ def build_engine(source: GpuSource, period_s: float = 0.25, history: bool = True
 
     if source.name == "nvml" and hasattr(os, "getuid") and os.getuid() == 0:
         from app.core.agents.hub import AgentHub
+        from app.core.servers.directory import ServerDirectory
+        from app.core.servers.routing import WithServers
 
-        agents: AgentDirectory = AgentHub(all_users=True)  # the system service: every user's
+        # The system service: every user's agents, and every model server.
+        agents: AgentDirectory = WithServers(AgentHub(all_users=True), ServerDirectory())
         if auto_unload is None:
             auto_unload = False
     else:

@@ -6,7 +6,7 @@ made.  The top level keeps the ``status --json`` contract (``source``,
 ``driver_version``, ``timestamp``, ``error``, ``gpus`` with each GPU's
 ``unattributed_memory``) and adds ``wire`` (the version) and the rest of
 the snapshot: agents and their models, model events, policy decisions,
-diagnoses and OOM reports.  Derived figures are written for readers and
+diagnoses, OOM reports and the model servers.  Derived figures are written for readers and
 ignored when read back: the decoder computes them again.
 """
 
@@ -19,6 +19,7 @@ from app.core.agents.types import AgentReport, ModelEvent
 from app.core.diagnosis.types import Diagnosis, OomReport
 from app.core.monitor.samples import Snapshot
 from app.core.policies.pressure import PolicyDecision
+from app.core.servers.types import ModelServer
 from app.core.wire.codec import Decoder, WireError, encode
 
 #: The one version of this format.  A change that an older reader would
@@ -32,6 +33,7 @@ _DECODER = Decoder(
         (Snapshot, "policy_decisions"): tuple[DecisionUpdate, ...],
         (Snapshot, "diagnoses"): tuple[Diagnosis, ...],
         (Snapshot, "oom_reports"): tuple[OomReport, ...],
+        (Snapshot, "servers"): tuple[ModelServer, ...],
     },
     names={"PolicyDecision": PolicyDecision, "ModelEvent": ModelEvent,
            "AgentReport": AgentReport, "Snapshot": Snapshot})

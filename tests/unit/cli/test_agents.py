@@ -19,7 +19,8 @@ from tests.fakes.fake_agent import FakeAgent
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_KEYS = {"pid", "argv", "python", "torch", "torch_status", "cuda_initialized",
-              "allocator_backend", "devices", "models", "idle_unload_s", "events", "error"}
+              "allocator_backend", "devices", "models", "idle_unload_s", "events", "error",
+              "managed_by"}
 DEVICE_KEYS = {"index", "allocated", "reserved", "peak_allocated", "peak_reserved",
                "inactive_split", "num_alloc_retries", "num_ooms"}
 MODEL_KEYS = {"id", "name", "class", "params", "param_bytes", "buffer_bytes", "placeholder_bytes",

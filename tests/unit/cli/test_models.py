@@ -17,9 +17,9 @@ MODEL_KEYS = {"pid", "id", "name", "class", "group", "state", "offloaded_to", "p
               "home_device", "dtype", "training", "requires_grad", "training_evidence", "params",
               "param_bytes", "buffer_bytes", "placeholder_bytes", "bytes", "last_used",
               "first_seen", "idle_since", "idle_s", "blocker", "unload_blocker",
-              "auto_unload_blocker", "idle_unload_s", "command"}
+              "auto_unload_blocker", "idle_unload_s", "command", "kind"}
 ACTION_KEYS = {"pid", "model", "ok", "error", "code", "pinned", "state", "target", "bytes_moved",
-               "bytes_released", "seconds"}
+               "bytes_released", "seconds", "outcome", "note", "freed_bytes"}
 
 needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
 
