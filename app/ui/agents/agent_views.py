@@ -1,11 +1,14 @@
 """The process detail view: what one process's agent reports (its VRAM
-breakdown per GPU, its allocator figures and its models) and the actions on it.
+breakdown per GPU, its allocator figures and its models), the model server
+holding it (:mod:`app.ui.agents.server_view`), and the actions on them.
 
 Per snapshot these widgets only set text and bar values; rows are pooled and
 created only when more are needed than ever before.  The model list lives in
 :mod:`app.ui.agents.model_list`, the model actions in
 :mod:`app.ui.agents.detail_models`; every action leaves as a typed request
-through :attr:`ProcessDetailView.request`.
+through :attr:`ProcessDetailView.request`.  A model server's process without an
+agent (Ollama, llama.cpp) shows its server alone: what only an agent knows is
+hidden, not shown as n/a.
 """
 
 from __future__ import annotations
@@ -14,19 +17,16 @@ from collections.abc import Mapping
 
 from PySide6.QtCore import QSortFilterProxyModel, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
     QDialog,
     QFrame,
     QGridLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
     QSizePolicy,
     QSpinBox,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -34,29 +34,17 @@ from PySide6.QtWidgets import (
 from app.agent.protocol import RELOAD_GRACE_S
 from app.core.agents.types import AgentReport
 from app.core.control.requests import CollectGarbage, FreeCache, Terminate
+from app.core.control.server_actions import server_holding
 from app.core.diagnosis.agentless import install_commands
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
 from app.core.units import NA, fmt_bytes
 from app.ui.agents import detail_models as texts
 from app.ui.agents.detail_models import ModelControls
-from app.ui.agents.model_list import (
-    MCOL_CLASS,
-    MCOL_DEVICE,
-    MCOL_DTYPE,
-    MCOL_IDLE,
-    MCOL_MODE,
-    MCOL_NAME,
-    MCOL_PARAMS,
-    MCOL_PINNED,
-    MCOL_SIZE,
-    MCOL_STATE,
-    MODEL_COLUMNS,
-    MODEL_SORT_ROLE,
-    BadgeDelegate,
-    ModelListModel,
-)
+from app.ui.agents.model_list import MODEL_SORT_ROLE, ModelListModel
+from app.ui.agents.model_table import ModelTable
 from app.ui.agents.record_view import RecordView
+from app.ui.agents.server_view import ServerView
 from app.ui.gpu.torch_memory import (
     BreakdownLegend,
     BreakdownRow,
@@ -67,7 +55,6 @@ from app.ui.gpu.torch_memory import (
 )
 from app.ui.settings.values import IDLE_TIMER_MAX_MIN, IDLE_TIMER_MIN_MIN
 from app.ui.style import palette as pal
-from app.ui.style.sort_header import SortHeader
 
 
 def _yes_no(value: bool | None, yes: str = "yes", no: str = "no") -> str:
@@ -77,6 +64,16 @@ def _yes_no(value: bool | None, yes: str = "yes", no: str = "no") -> str:
 def _sum_known(values) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
+
+
+def _box(parent: QWidget, outer: QVBoxLayout, stretch: int = 0) -> tuple[QWidget, QVBoxLayout]:
+    """A section of the view in ``outer`` that hides as one."""
+    box = QWidget(parent)
+    lay = QVBoxLayout(box)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.setSpacing(outer.spacing())
+    outer.addWidget(box, stretch)
+    return box, lay
 
 
 class ProcessDetailView(ModelControls, QDialog):
@@ -113,6 +110,8 @@ class ProcessDetailView(ModelControls, QDialog):
         outer.addWidget(self.title_label)
         outer.addWidget(self.command_label)
 
+        # What only an agent knows; hidden for a model server without one.
+        self.facts_box, facts_lay = _box(self, outer)
         facts = QGridLayout()
         facts.setHorizontalSpacing(10)
         facts.setVerticalSpacing(3)
@@ -130,17 +129,18 @@ class ProcessDetailView(ModelControls, QDialog):
                 self.facts[name] = value
         facts.setColumnMinimumWidth(1, self.fontMetrics().horizontalAdvance("0" * 24))
         facts.setColumnStretch(4, 1)
-        outer.addLayout(facts)
+        facts_lay.addLayout(facts)
         self.errors_label = QLabel(self)
         self.errors_label.setWordWrap(True)
         self.errors_label.setVisible(False)
-        outer.addWidget(self.errors_label)
+        facts_lay.addWidget(self.errors_label)
 
         line = QFrame(self)
         line.setFrameShape(QFrame.Shape.HLine)
         line.setObjectName("detailRule")
         outer.addWidget(line)
 
+        self.breakdown_box, breakdown = _box(self, outer)
         bhead = QHBoxLayout()
         bt = QLabel("VRAM by GPU", self)
         btf = bt.font()
@@ -151,15 +151,20 @@ class ProcessDetailView(ModelControls, QDialog):
         self.legend = BreakdownLegend(self)
         bhead.addWidget(self.legend)
         bhead.addStretch(1)
-        outer.addLayout(bhead)
+        breakdown.addLayout(bhead)
         self.gpu_rows_box = QVBoxLayout()
         self.gpu_rows_box.setSpacing(3)
-        outer.addLayout(self.gpu_rows_box)
+        breakdown.addLayout(self.gpu_rows_box)
         self.gpu_rows: list[BreakdownRow] = []
         self.no_gpu_label = QLabel(texts.NO_GPU, self)
         self.no_gpu_label.setObjectName("secondary")
-        outer.addWidget(self.no_gpu_label)
+        breakdown.addWidget(self.no_gpu_label)
+        # The model server holding the process (Ollama, ComfyUI, ...): its own models.
+        self.server_view = ServerView(self)
+        self.server_view.request.connect(self.request)
+        outer.addWidget(self.server_view)
 
+        self.models_box, models_lay = _box(self, outer, stretch=1)
         mhead = QHBoxLayout()
         mhead.setSpacing(8)
         mt = QLabel("Models", self)
@@ -188,8 +193,8 @@ class ProcessDetailView(ModelControls, QDialog):
         mhead.addWidget(self.idle_box)
         mhead.addWidget(self.idle_spin)
         mhead.addWidget(self.idle_state)
-        outer.addSpacing(4)
-        outer.addLayout(mhead)
+        models_lay.addSpacing(4)
+        models_lay.addLayout(mhead)
         self.idle_box.toggled.connect(self._on_idle_toggled)
         self.idle_spin.valueChanged.connect(self._on_idle_minutes)
         self._idle_sent: object = ...  # last value asked for (... = none yet)
@@ -199,43 +204,12 @@ class ProcessDetailView(ModelControls, QDialog):
         self.model_proxy.setSourceModel(self.model_model)
         self.model_proxy.setSortRole(MODEL_SORT_ROLE)
         self.model_proxy.setDynamicSortFilter(True)
-        self.models_view = QTableView(self)
-        self.models_view.setObjectName("modelTable")
-        self.models_view.setHorizontalHeader(
-            SortHeader(Qt.Orientation.Horizontal, self.models_view))
-        self.models_view.setModel(self.model_proxy)
-        self.models_view.setItemDelegateForColumn(MCOL_STATE, BadgeDelegate(self.models_view))
-        self.models_view.setSortingEnabled(True)
-        self.models_view.sortByColumn(MCOL_SIZE, Qt.SortOrder.DescendingOrder)
-        self.models_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.models_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.models_view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.models_view.setAlternatingRowColors(True)
-        self.models_view.setShowGrid(False)
-        self.models_view.setWordWrap(False)
-        self.models_view.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.models_view.verticalHeader().setVisible(False)
-        self.models_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
-        header = self.models_view.horizontalHeader()
-        header.setHighlightSections(False)
-        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        header.setSectionResizeMode(MCOL_NAME, QHeaderView.ResizeMode.Stretch)
-        fm = self.fontMetrics()
-        for col, sample in ((MCOL_STATE, "Offloaded to disk"), (MCOL_CLASS, "UNet2DConditionModel"),
-                            (MCOL_PARAMS, "000.0 M"), (MCOL_SIZE, "000.0 MiB"),
-                            (MCOL_DEVICE, "cuda:0"), (MCOL_DTYPE, "bfloat16"),
-                            (MCOL_MODE, "train"), (MCOL_IDLE, "idle 2 h 17 min"),
-                            (MCOL_PINNED, "pinned")):
-            # the cell's padding (6 px a side) and the sort arrow's room
-            extra = 36 if col in (MCOL_STATE, MCOL_SIZE) else 18
-            self.models_view.setColumnWidth(col, max(fm.horizontalAdvance(sample),
-                                                     fm.horizontalAdvance(MODEL_COLUMNS[col]) + 12)
-                                            + extra)
-        outer.addWidget(self.models_view, 1)
+        self.models_view = ModelTable(self.model_proxy, self)
+        models_lay.addWidget(self.models_view, 1)
         self.models_view.selectionModel().selectionChanged.connect(self._on_model_selected)
         self.no_models_label = QLabel(texts.NO_MODELS, self)
         self.no_models_label.setObjectName("secondary")
-        outer.addWidget(self.no_models_label)
+        models_lay.addWidget(self.no_models_label)
 
         # Actions on the selected model.
         self.model_bar = QWidget(self)
@@ -272,10 +246,10 @@ class ProcessDetailView(ModelControls, QDialog):
             mbar.addWidget(b)
         mbar.addWidget(self.model_progress)
         mbar.addWidget(self.model_result, 1)
-        outer.addWidget(self.model_bar)
+        models_lay.addWidget(self.model_bar)
         self.record_view = RecordView(self)  # "Record allocations…" and its table
         self.record_view.request.connect(self.request)
-        outer.addWidget(self.record_view)
+        models_lay.addWidget(self.record_view)
         self.unload_cpu_button.clicked.connect(lambda: self._request_unload("cpu"))
         self.unload_disk_button.clicked.connect(lambda: self._request_unload("disk"))
         self.reload_button.clicked.connect(self._request_reload)
@@ -359,13 +333,20 @@ class ProcessDetailView(ModelControls, QDialog):
         self.setWindowTitle(f"{self._label} — details")
         self.command_label.setText(command)
         self.command_label.setToolTip(command)
+        server = server_holding(snapshot, pid)
+        self.server_view.set_server(server, snapshot, pending, last, can_act)
+        cmd = install_commands(snapshot).get(pid)
+        agentless = server is not None and report is None  # the server says what it holds
+        for box in (self.facts_box, self.breakdown_box):  # (how to invite an agent stays)
+            box.setVisible(not agentless or cmd is not None)
+        for w in (self.models_box, self.gc_button, self.free_button):
+            w.setVisible(not agentless)
 
         f = self.facts
         f["PID"].setText(str(pid))
         if report is None:
             for name in ("Python", "PyTorch", "Allocator", "CUDA", "OOMs", "Alloc retries"):
                 f[name].setText(NA)
-            cmd = install_commands(snapshot).get(pid)
             f["Agent"].setText("not reporting (the process or its agent has gone)" if cmd is None
                                else f"none. Install it once into this process's environment:\n"
                                f"{cmd}\n(each PyTorch process started there has it from its "

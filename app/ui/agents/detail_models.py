@@ -94,8 +94,10 @@ class ModelControls:
         pending = self._pending.get(m.id)
         last = self._last.get(m.id)
         live = self.report is not None and self._can_act
+        # A model server's process ("ComfyUI"): the server unloads its models, not the agent.
+        managed = getattr(self.report, "managed_by", None)
         # Per snapshot this usually changes nothing: skip the widget calls then.
-        key = (m, id(pending), id(last), getattr(last, "measured", None), live)
+        key = (m, id(pending), id(last), getattr(last, "measured", None), live, managed)
         if key == self._bar_key:
             return
         self._bar_key = key
@@ -103,16 +105,18 @@ class ModelControls:
         busy = moving or pending is not None
         self.model_progress.setVisible(busy)
         resident = m.state == "resident"
-        # The agent refuses any unload of a model with an unload blocker: no button for it.
-        unloadable = resident and not m.unload_blocker
+        # The agent refuses any unload of a model with an unload blocker, or of a managed
+        # one: no button for it.
+        unloadable = resident and not m.unload_blocker and not managed
         self.unload_cpu_button.setEnabled(live and not busy and unloadable)
         self.unload_disk_button.setEnabled(live and not busy and unloadable)
         self.reload_button.setEnabled(live and not busy and m.state == "offloaded")
         self.pin_button.setText("Unpin" if m.pinned else "Pin")
         self.pin_button.setEnabled(live and not busy)
         size = fmt_bytes(model_size(m))
-        if m.unload_blocker:
-            refused = f"The agent refuses any unload of {m.name}: {m.unload_blocker}"
+        if managed or m.unload_blocker:
+            refused = (f"{managed} manages {m.name}: use {managed}'s unload (above)" if managed
+                       else f"The agent refuses any unload of {m.name}: {m.unload_blocker}")
             self.unload_cpu_button.setToolTip(refused)
             self.unload_disk_button.setToolTip(refused)
         else:
@@ -142,6 +146,8 @@ class ModelControls:
                 if can_force:
                     text += " — you can override it"
             self._set_model_result(text, error=not last.ok, tooltip=model_summary(last))
+        elif managed:
+            self._set_model_result(f"Managed by {managed}: use its unload above", muted=True)
         elif note := model_note(m):
             self._set_model_result(note, muted=True, tooltip=model_blocker_tooltip(m))
         else:

@@ -22,6 +22,7 @@ from app.core.agents.unload_reasons import overridable, refuses_any_unload
 from app.core.control.measure import model_action_text
 from app.core.control.records import IDLE_TTL, PIN, RELOAD, UNLOAD, ModelAction
 from app.core.units import NA, fmt_bytes, fmt_duration
+from app.ui.agents.server_texts import served, server_summary
 
 #: A model whose last forward is at most this old counts as "in use".
 IN_USE_S = 10.0
@@ -258,6 +259,8 @@ def model_summary(action: ModelAction, with_process: bool = True) -> str:
         if action.pinned:
             return f"{prefix}pinned {name} (never unloaded automatically)"
         return f"{prefix}unpinned {name}"
+    if served(action):  # a model server's API unloaded it and measured the outcome
+        return server_summary(action, prefix)
     if action.kind == UNLOAD:
         to = target_text(action.to)
         if not action.done:

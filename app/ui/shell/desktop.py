@@ -24,13 +24,14 @@ from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app import APP_NAME
-from app.core.control.requests import FreeCache, Reload, UnloadIdle
+from app.core.control.requests import FreeCache, Reload, Unload, UnloadIdle
 from app.core.control.targets import idle_models, label_of
 from app.core.monitor.samples import Snapshot
 from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
 from app.core.policies.pressure import UNLOAD as POLICY_UNLOAD
 from app.ui.agents.activity import ActivityEntry
 from app.ui.agents.auto_unload import notice_texts
+from app.ui.agents.server_texts import freeable
 from app.ui.doctor.texts import oom_line
 from app.ui.settings.dialog import GpuEntry, SettingsDialog
 from app.ui.settings.values import AlertSettings, UiSettings
@@ -158,7 +159,7 @@ class DesktopShell(QObject):
     def _make_tray(self) -> None:
         tray = TrayController(self)
         tray.show_window_requested.connect(self.show_window)
-        tray.free_caches_requested.connect(lambda: self.free_caches(""))
+        tray.free_all_requested.connect(self.free_all)
         tray.unload_idle_requested.connect(self.unload_idle)
         tray.pause_alerts_requested.connect(self.pause_alerts)
         tray.quit_requested.connect(self.quit)
@@ -233,7 +234,7 @@ class DesktopShell(QObject):
         self.tray.update(snapshot)
         agents = len(snapshot.agents) if snapshot is not None and snapshot.agents else 0
         idle = idle_models(snapshot, self.settings.auto_unload.min_idle_s)
-        self.tray.set_agent_actions(agents, len(idle))
+        self.tray.set_agent_actions(agents, len(idle), len(freeable(snapshot)))
 
     def _alert(self, alert: Alert, report_id: str | None = None) -> None:
         channel = self.notifier.notify(alert, report_id)
@@ -329,6 +330,17 @@ class DesktopShell(QObject):
         process with an agent ("" : the tray)."""
         self.controller.submit(FreeCache.on_gpu(display_id) if display_id
                                else FreeCache.everywhere())
+
+    def free_all(self) -> None:
+        """The tray's "Free all": every agent's cache, and each model server's models
+        that are not generating, unloaded through the server's API (a refused one is
+        skipped: the controller says why)."""
+        snapshot = self._latest
+        if snapshot is not None and snapshot.agents:
+            self.controller.submit(FreeCache.everywhere())
+        for server, model in freeable(snapshot):
+            self.controller.submit(Unload(server.pid, model.id, reason="manual", name=model.name,
+                                          size=model.vram_bytes))
 
     def unload_idle(self) -> None:
         self.controller.submit(UnloadIdle(self.settings.auto_unload.min_idle_s))

@@ -22,6 +22,20 @@ from app.ui.style import palette as pal
 
 ICON_SIZES = (16, 22, 24, 32, 48, 64)
 TRACK = "#7F7F7F"
+FREE_ALL = "Free all"
+FREE_ALL_TIP = ("gc.collect() + torch.cuda.empty_cache() in every process with an agent, and "
+                "an unload of every model server's model that is not generating (through the "
+                "server's own API)")
+
+
+def free_all_text(processes: int, server_models: int) -> str:
+    """"Free all (2 processes, 3 server models)"."""
+    parts = []
+    if processes:
+        parts.append(f"{processes} process{'es' if processes != 1 else ''}")
+    if server_models:
+        parts.append(f"{server_models} server model{'s' if server_models != 1 else ''}")
+    return FREE_ALL + (f" ({', '.join(parts)})" if parts else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +113,8 @@ class TrayController(QObject):
     """Owns the QSystemTrayIcon and its menu; says what the user asked for through signals."""
 
     show_window_requested = Signal()
-    free_caches_requested = Signal()
+    #: "Free all": every agent's cache, and every server model not generating.
+    free_all_requested = Signal()
     unload_idle_requested = Signal()
     pause_alerts_requested = Signal(bool)  # True: pause for an hour, False: resume
     quit_requested = Signal()
@@ -112,10 +127,9 @@ class TrayController(QObject):
         self.menu.setObjectName("trayMenu")
         self._gpu_actions: dict[str, QAction] = {}
         self._gpu_end = self.menu.addSeparator()
-        self.free_action = self.menu.addAction("Free all caches")
-        self.free_action.setToolTip("gc.collect() + torch.cuda.empty_cache() in every process "
-                                    "with an agent")
-        self.free_action.triggered.connect(self.free_caches_requested)
+        self.free_action = self.menu.addAction(FREE_ALL)
+        self.free_action.setToolTip(FREE_ALL_TIP)
+        self.free_action.triggered.connect(self.free_all_requested)
         self.unload_action = self.menu.addAction("Unload idle models")
         self.unload_action.triggered.connect(self.unload_idle_requested)
         self.menu.addSeparator()
@@ -160,11 +174,13 @@ class TrayController(QObject):
             if self._gpu_actions[did].text() != text:
                 self._gpu_actions[did].setText(text)
 
-    def set_agent_actions(self, processes: int, idle_models: int) -> None:
-        """Enable "Free all caches" / "Unload idle models" only when there is something to do."""
-        self.free_action.setEnabled(processes > 0)
-        self.free_action.setText("Free all caches" + (f" ({processes} processes)"
-                                                      if processes > 1 else ""))
+    def set_agent_actions(self, processes: int, idle_models: int, server_models: int = 0
+                          ) -> None:
+        """Enable "Free all" / "Unload idle models" only when there is something to do;
+        "Free all" counts the processes whose cache it frees and the server models it
+        unloads."""
+        self.free_action.setEnabled(processes > 0 or server_models > 0)
+        self.free_action.setText(free_all_text(processes, server_models))
         self.unload_action.setEnabled(idle_models > 0)
         self.unload_action.setText("Unload idle models" + (f" ({idle_models})"
                                                            if idle_models else ""))
@@ -197,4 +213,5 @@ class TrayController(QObject):
             self.show_window_requested.emit()
 
 
-__all__ = ["TrayController", "TrayState", "fullest", "gpu_line", "render_ring", "tray_icon"]
+__all__ = ["TrayController", "TrayState", "free_all_text", "fullest", "gpu_line", "render_ring",
+           "tray_icon"]

@@ -19,6 +19,7 @@ from app.core.control.requests import (
     Request,
     Terminate,
 )
+from app.core.control.server_actions import server_holding
 from app.core.control.targets import label_of
 from app.core.monitor.samples import Snapshot
 from app.ui.agents.activity import ActivityEntry, reason_text
@@ -105,12 +106,12 @@ class ActionViews(TerminateViews):
         return label_of(self._latest, pid)
 
     def _on_details_button(self) -> None:
-        agent = self.table.selected_agent()
-        if agent is not None:
-            self.open_details(agent.pid)
+        pid = self.table.selected_details_pid()
+        if pid is not None:
+            self.open_details(pid)
 
     def _update_details_button(self) -> None:
-        enabled = self.table.selected_agent() is not None
+        enabled = self.table.selected_details_pid() is not None
         if self.details_button.isEnabled() != enabled:
             self.details_button.setEnabled(enabled)
 
@@ -118,7 +119,9 @@ class ActionViews(TerminateViews):
         view = self.details
         if view is None or view.pid is None:
             return
-        pid = view.pid
+        # A model server's runner shows the server's actions (they are the server pid's).
+        server = server_holding(snapshot, view.pid)
+        pid = view.pid if server is None else server.pid
         pending: dict[str, ModelAction] = {}
         idle_pending = False
         for a in self.controller.pending_models(pid):

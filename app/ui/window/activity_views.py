@@ -21,6 +21,7 @@ from app.core.control.records import UNLOAD, ModelAction
 from app.core.control.requests import SetAutoUnload
 from app.core.diagnosis.types import OomReport
 from app.core.monitor.samples import Snapshot
+from app.core.policies.server_models import SERVER_DEVICE
 from app.core.units import fmt_bytes, fmt_fraction
 from app.ui.agents.activity import ActivityEntry, reason_text
 from app.ui.agents.agent_views import ProcessDetailView
@@ -199,7 +200,8 @@ class ActivityViews:
                         a = next((x for x in d.actions if x.model == r.model), None)
                         self._add_activity(ActivityEntry(
                             time.time(), self._process_label(r.pid), a.name if a else r.model,
-                            "Refused: unload" if r.code == "refused" else "Unload failed",
+                            "Refused: unload" if r.code in ("refused", "managed")
+                            else "Unload failed",
                             reason_text("pressure"), detail=f"{r.error or r.code}",
                             error=True, kind="refusal"))
         elif d.kind == pp.NOTHING_ELIGIBLE:
@@ -223,6 +225,8 @@ class ActivityViews:
             a = next((x for x in d.actions if x.model == model), None)
             runner = self.controller.core.policy_runner()
             to = getattr(getattr(runner, "config", None), "target", "cpu")
+            if a is not None and a.device == SERVER_DEVICE:
+                to = SERVER_DEVICE  # a model server's API unloads it (its texts say so)
             action = ModelAction(UNLOAD, pid, model, a.name if a else model, to=to,
                                  reason="pressure", size=a.bytes if a else None,
                                  label=self._process_label(pid), nvml=False)

@@ -185,8 +185,9 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.details_button = QPushButton("Details…", table_box)
         self.details_button.setObjectName("detailsButton")
         self.details_button.setEnabled(False)
-        self.details_button.setToolTip("Select a process with a VRAM Steward agent to see its "
-                                       "models and PyTorch memory (or double-click its row)")
+        self.details_button.setToolTip("Select a process with a VRAM Steward agent or of a "
+                                       "model server to see its models (or double-click its "
+                                       "row)")
         self.details_button.clicked.connect(self._on_details_button)
         self.details_button.setVisible(False)  # shown once agents report
         thead.addWidget(table_title)
@@ -244,6 +245,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.span_combo.currentIndexChanged.connect(self._on_span_combo)
         self.table.process_selected.connect(self._on_process_selected)
         self.table.details_requested.connect(self.open_details)
+        self.table.request.connect(self.submit)  # a model server's Unload, from a row's menu
         self._select_span_in_combo(self.span_s)
 
         self.display_timer = QTimer(self)
@@ -317,7 +319,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
             area.arrange()  # a panel's minimum height changed (its PyTorch section)
         self.table.update_snapshot(snapshot)
         self._update_summary(snapshot)
-        if agents and self.details_button.isHidden():
+        if (agents or snapshot.servers) and self.details_button.isHidden():
             self.details_button.setVisible(True)
             self.auto_unload.setVisible(True)
         self._update_details_button()

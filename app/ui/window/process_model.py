@@ -34,6 +34,7 @@ from app.ui.window.process_rows import (
     KEY_ROLE,
     LARGEST_FIRST,
     NUMERIC,
+    SERVER_ROLE,
     SORT_ROLE,
     ProcessRow,
     RowKey,
@@ -199,6 +200,8 @@ class ProcessTableModel(QAbstractTableModel):
                 return swatch_icon(self.color_of(row))
         if role == AGENT_ROLE:
             return None if ended else row.agent
+        if role == SERVER_ROLE:
+            return None if ended else row.server
         return None
 
     # -- direct access ----------------------------------------------------------------
@@ -222,6 +225,7 @@ class ProcessTableModel(QAbstractTableModel):
         """Bring the rows in line with ``snapshot`` with the smallest set of model signals."""
         now = snapshot.timestamp
         agents = snapshot.agents
+        servers = {pid: s for s in snapshot.servers for pid in (s.pid, *s.pids)}
         fresh: dict[RowKey, ProcessRow | UnattributedRow] = {}
         for gpu in snapshot.gpus:
             order = (gpu.index, -1 if gpu.mig_index is None else gpu.mig_index)
@@ -233,7 +237,8 @@ class ProcessTableModel(QAbstractTableModel):
                 uptime = None
                 if p.create_time is not None and math.isfinite(p.create_time):
                     uptime = max(0.0, now - p.create_time)
-                row = ProcessRow(gpu.display_id, order, p, gpu.memory_total, uptime, note)
+                row = ProcessRow(gpu.display_id, order, p, gpu.memory_total, uptime, note,
+                                 server=servers.get(p.pid) if servers else None, now=now)
                 if agents:
                     report = agents.get(p.pid)
                     if report is not None:

@@ -1,6 +1,8 @@
 """The process table's columns and rows: what each cell shows, sorts by and explains.
 
-A :class:`ProcessRow` is one (GPU, process) of the latest snapshot; an
+A :class:`ProcessRow` is one (GPU, process) of the latest snapshot (a model
+server's process is named by its server: "Ollama 0.12.3 (server)", "Ollama
+runner · qwen2.5:7b"); an
 :class:`UnattributedRow` is a GPU's used memory no listed process holds
 (:mod:`app.ui.gpu.unattributed`), keyed ``(display_id, UNATTRIBUTED_KEY, None)``:
 a string where a pid would be, so it never equals a process's key.
@@ -16,7 +18,9 @@ from PySide6.QtGui import QColor, QFont
 
 from app.core.agents.types import AgentReport, DeviceMemory
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample
+from app.core.servers.types import ModelServer
 from app.core.units import NA, fmt_bytes, fmt_duration, fmt_percent
+from app.ui.agents.server_texts import process_name, server_tooltip
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, unknown_reason
 from app.ui.style import palette as pal
 
@@ -38,6 +42,7 @@ HIDE_FIRST = (COL_UPTIME, COL_SM, COL_CPU, COL_RSS, COL_CONTAINER, COL_AGENT, CO
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
 KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # (display_id, (pid, create_time))
 AGENT_ROLE = Qt.ItemDataRole.UserRole + 3  # the process's AgentReport, or None
+SERVER_ROLE = Qt.ItemDataRole.UserRole + 4  # the ModelServer holding the process, or None
 
 COLUMN_TIPS = {
     COL_VRAM: "GPU memory used by this process on this GPU",
@@ -129,12 +134,22 @@ class ProcessRow:
     gpu_note: str | None
     agent: AgentReport | None = None
     device: DeviceMemory | None = None  # the agent's allocator figures for this GPU
+    server: ModelServer | None = None  # the model server the process is (or works for)
+    now: float = 0.0  # the snapshot's time (the server's idle clocks in the tooltip)
 
     def signature(self) -> tuple:
         # As shown ("4 min 05 s", "3 h 02 min"): an hours-old process repaints once a
         # minute, not every second.
         return (self.proc, self.memory_total, fmt_duration(self.uptime), self.gpu_note,
-                self._agent_signature())
+                self._agent_signature(), self._server_name())
+
+    def _server_name(self) -> str | None:
+        s = self.server
+        return None if s is None else process_name(s, self.proc.pid, self.gpu_order[0])
+
+    def command_text(self) -> str | None:
+        """The server's name for its processes, else the command line (or name)."""
+        return self._server_name() or self.proc.command or self.proc.name
 
     def _agent_signature(self) -> tuple | None:
         a = self.agent
@@ -149,7 +164,7 @@ class ProcessRow:
         shown = tuple(fmt_duration(self.uptime) if col == COL_UPTIME else self.raw(col)
                       for col in range(len(COLUMNS)))
         return (*shown, p.host_status, p.name, self.gpu_note, self.memory_total,
-                self._agent_signature())
+                self._agent_signature(), self.server is not None)
 
     @property
     def key(self) -> RowKey:
@@ -176,7 +191,7 @@ class ProcessRow:
         if col == COL_CONTAINER:
             return p.container.label.lower() if p.container else None
         if col == COL_COMMAND:
-            text = p.command or p.name
+            text = self.command_text()
             return text.lower() if text else None
         if col == COL_VRAM:
             return p.gpu_memory
@@ -217,7 +232,7 @@ class ProcessRow:
         if col == COL_CONTAINER:
             return p.container.label if p.container else ""
         if col == COL_COMMAND:
-            base = p.command or p.name
+            base = self.command_text()
             if status == HostStatus.NOT_VISIBLE:
                 return base or status.label
             if status == HostStatus.EXITED:
@@ -248,6 +263,9 @@ class ProcessRow:
             if p.host_status.label:
                 parts.append(f"({p.host_status.label})")
             parts.append(f"PID {p.pid} on GPU {self.display_id}, {p.kind}")
+            if self.server is not None:
+                parts = [*server_tooltip(self.server, p.pid, self.now), "", *parts,
+                         "Double-click the row for its models; right-click to unload them"]
             return "\n".join(parts)
         if col in (COL_GPU, COL_PID):
             return None
@@ -294,7 +312,7 @@ class ProcessRow:
         if col == COL_USER:
             return not self.proc.user
         if col == COL_COMMAND:
-            return not (self.proc.command or self.proc.name) or self.proc.host_status in (
+            return not self.command_text() or self.proc.host_status in (
                 HostStatus.EXITED, HostStatus.NOT_VISIBLE)
         return self.raw(col) is None
 
@@ -314,6 +332,7 @@ class UnattributedRow:
     agent: None = None
     device: None = None
     proc: None = None
+    server: None = None
 
     def signature(self) -> tuple:
         return (self.memory, self.memory_total, self.reason)

@@ -7,7 +7,9 @@ selection on the same process across ticks and fits the columns to its width.
 Rows do not move under the pointer: while it is over the rows (or a row's menu is
 open) the model holds its order (:meth:`ProcessTableModel.hold`), and the rows take
 their sorted order :data:`RESUME_MS` after it left.  Selection, double-click and the
-context menu act on the process of the row, never on a row number.
+context menu act on the process of the row, never on a row number.  A model
+server's row offers its models' Unload (or Reload) in its menu, through
+:attr:`ProcessTable.request`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.core.agents.types import AgentReport
 from app.core.diagnosis.agentless import install_commands
 from app.core.monitor.samples import HostStatus, Snapshot
+from app.ui.agents.server_texts import menu_entries
 from app.ui.style.sort_header import SortHeader
 from app.ui.window.process_model import ProcessSortProxy, ProcessTableModel
 from app.ui.window.process_rows import (
@@ -50,6 +53,7 @@ from app.ui.window.process_rows import (
     COMMAND_ROOM,
     HIDE_FIRST,
     KEY_ROLE,
+    SERVER_ROLE,
     italic,
 )
 
@@ -66,6 +70,8 @@ class ProcessTable(QTableView):
     details_requested = Signal(int)
     #: "Terminate…" in a process row's menu: ``pid``.
     terminate_requested = Signal(int)
+    #: A model server's Unload / Reload from a row's menu (app.core.control.requests).
+    request = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -278,7 +284,8 @@ class ProcessTable(QTableView):
         menu.setToolTipsVisible(True)
         details = menu.addAction("Details…")
         command = self._install_commands.get(pid)
-        if index.data(AGENT_ROLE) is None:
+        server = index.data(SERVER_ROLE)
+        if index.data(AGENT_ROLE) is None and server is None:
             # A PyTorch process without an agent has details: how to invite the agent.
             details.setEnabled(command is not None)
             details.setToolTip("No VRAM Steward agent in this process")
@@ -288,6 +295,14 @@ class ProcessTable(QTableView):
                                 "agent from its next start")
                 copy.triggered.connect(lambda: QGuiApplication.clipboard().setText(command))
         details.triggered.connect(lambda: self.details_requested.emit(pid))
+        if server is not None:  # its models' unloads, or why there is none
+            menu.addSeparator()
+            for text, tip, req in menu_entries(server):
+                entry = menu.addAction(text)
+                entry.setToolTip(tip)
+                entry.setEnabled(req is not None)
+                if req is not None:
+                    entry.triggered.connect(lambda _=False, r=req: self.request.emit(r))
         menu.addSeparator()
         terminate = menu.addAction("Terminate…")
         why_not = {HostStatus.EXITED: "The process has exited",
@@ -356,9 +371,17 @@ class ProcessTable(QTableView):
         rows = self.selectionModel().selectedRows()
         return rows[0].data(AGENT_ROLE) if rows else None
 
+    def selected_details_pid(self) -> int | None:
+        """The selected process when it has details (an agent, or a model server)."""
+        rows = self.selectionModel().selectedRows()
+        if not rows or (rows[0].data(AGENT_ROLE) is None and rows[0].data(SERVER_ROLE) is None):
+            return None
+        return rows[0].data(KEY_ROLE)[1][0]
+
     def _on_double_clicked(self, index) -> None:
         pid = index.data(KEY_ROLE)[1][0] if index.data(KEY_ROLE) else None
-        if index.data(AGENT_ROLE) is not None or pid in self._install_commands:
+        if index.data(AGENT_ROLE) is not None or index.data(SERVER_ROLE) is not None \
+                or pid in self._install_commands:
             self.details_requested.emit(pid)
 
     def _on_selection_changed(self, selected: QItemSelection, deselected: QItemSelection) -> None:

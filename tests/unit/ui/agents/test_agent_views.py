@@ -466,3 +466,64 @@ def test_details_of_a_pytorch_process_without_an_agent_say_how_to_invite_it(wind
     text = view.facts["Agent"].text()
     assert "vram-steward agent install --env /srv/sd/venv" in text and "next start" in text
     assert view.facts["PyTorch"].text() == "n/a"
+
+
+# -- model servers in the detail view -------------------------------------------------------------
+
+def test_details_of_a_model_server_without_an_agent_show_the_server_alone(qtbot):
+    from app.ui.agents.agent_views import ProcessDetailView
+    from tests.unit.ui.agents import servers as srv
+
+    view = ProcessDetailView()
+    qtbot.addWidget(view)
+    for pid in (srv.OLLAMA, srv.RUNNER):  # the server and its runner: the same server
+        view.set_process(pid)
+        view.update_snapshot(srv.snapshot())
+        view.show()
+        assert view.server_view.isVisible()
+        assert view.server_view.title_label.text() == "Ollama 0.12.3"
+        assert [r.model_id for r in view.server_view.rows] == ["qwen2.5:7b", "llama3.2:3b"]
+        # What only an agent knows is not shown (rather than n/a everywhere).
+        for hidden in (view.facts_box, view.breakdown_box, view.models_box, view.gc_button,
+                       view.free_button):
+            assert hidden.isHidden()
+        assert view.terminate_button.isVisible()
+
+
+def test_server_buttons_in_the_detail_view_send_through_its_request(qtbot):
+    from app.core.control.requests import Unload
+    from app.ui.agents.agent_views import ProcessDetailView
+    from tests.unit.ui.agents import servers as srv
+
+    view = ProcessDetailView()
+    qtbot.addWidget(view)
+    view.set_process(srv.COMFY)
+    view.update_snapshot(srv.snapshot())
+    view.show()
+    with qtbot.waitSignal(view.request, timeout=1000) as sent:
+        view.server_view.button_of("all").click()
+    assert sent.args == [Unload(srv.COMFY, "all", name="models loaded by ComfyUI",
+                                size=srv.comfyui().models[0].vram_bytes)]
+
+
+def test_an_agent_in_a_managed_server_keeps_its_figures_and_points_to_the_servers_unload(qtbot):
+    from app.ui.agents.agent_views import ProcessDetailView
+    from tests.unit.ui.agents import servers as srv
+
+    agents = {srv.COMFY: report(srv.COMFY, device(1, 5 * GiB, 6 * GiB),
+                              models=[model("unet", 2_567_463_684, int(4.8 * GiB), index=1,
+                                            idle_since=None)],
+                              managed_by="ComfyUI")}
+    view = ProcessDetailView()
+    qtbot.addWidget(view)
+    view.set_process(srv.COMFY)
+    view.update_snapshot(srv.snapshot(agents=agents))
+    view.show()
+    assert view.server_view.isVisible() and view.server_view.button_of("all").isEnabled()
+    assert view.facts_box.isVisible() and view.models_box.isVisible()
+    assert view.facts["PyTorch"].text() == "2.5.1"
+    assert [r for r in view.gpu_rows if not r.isHidden()]  # the allocator's breakdown stays
+    assert view.selected_model() is not None
+    assert not view.unload_cpu_button.isEnabled() and not view.unload_disk_button.isEnabled()
+    assert view.unload_cpu_button.toolTip() == "ComfyUI manages unet: use ComfyUI's unload (above)"
+    assert view.model_result.text() == "Managed by ComfyUI: use its unload above"

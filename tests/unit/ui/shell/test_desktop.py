@@ -291,18 +291,70 @@ def test_apply_settings_applies_live_and_saves(shell_parts):
     assert not shell.autostart.enabled
 
 
-def test_tray_menu_free_and_unload_reach_the_window(shell_parts, monkeypatch):
+def test_tray_menu_free_and_unload_reach_the_window(shell_parts, monkeypatch, demo_feed):
     shell, window, *_ = shell_parts
     shell.start(answers=TRAY_LINUX)
+    from app.core.agents.demo import DemoAgents
     from app.core.control.requests import FreeCache, UnloadIdle
 
+    demo_feed.collector.agents = DemoAgents(demo_feed.source)
+    shell.on_snapshot(demo_feed.snapshot())  # agents, no model server
     calls = []
     sent = {FreeCache.everywhere(): "free",
             UnloadIdle(window.settings.auto_unload.min_idle_s): "unload"}
     monkeypatch.setattr(window.controller, "submit", lambda req: calls.append(sent[req]))
-    shell.tray.free_caches_requested.emit()
+    shell.tray.free_all_requested.emit()
     shell.tray.unload_idle_requested.emit()
     assert calls == ["free", "unload"]
+
+
+def test_free_all_frees_the_caches_and_unloads_each_server_model_not_generating(
+        shell_parts, monkeypatch):
+    from app.core.control.requests import FreeCache, Unload
+    from tests.unit.ui.agents import servers as srv
+    from tests.unit.ui.agents.test_agent_views import device, report
+
+    shell, window, *_ = shell_parts
+    shell.start(answers=TRAY_LINUX)
+    snap = srv.snapshot(agents={srv.COMFY: report(srv.COMFY, device(1, 5 * GiB, 6 * GiB))})
+    window.on_snapshot(snap)
+    shell.on_snapshot(snap)
+    shell._refresh_tray()
+    assert shell.tray.free_action.text() == "Free all (1 process, 2 server models)"
+    assert shell.tray.free_action.isEnabled()
+    calls = []
+    monkeypatch.setattr(window.controller, "submit", calls.append)
+    shell.tray.free_action.trigger()
+    o, c = srv.ollama(), srv.comfyui()
+    # Not llama3.2 (generating), not A1111's checkpoint (on the CPU already), not llama.cpp
+    # or vLLM (no unload).
+    assert calls == [FreeCache.everywhere(),
+                     Unload(srv.OLLAMA, "qwen2.5:7b", name="qwen2.5:7b",
+                            size=o.models[0].vram_bytes),
+                     Unload(srv.COMFY, "all", name="models loaded by ComfyUI",
+                            size=c.models[0].vram_bytes)]
+
+
+def test_free_all_skips_what_the_controller_refuses(shell_parts, qtbot):
+    """A refused unload (here: no agent directory to act through) is skipped; the
+    others are still sent."""
+    from tests.unit.ui.agents import servers as srv
+
+    shell, window, *_ = shell_parts
+    shell.start(answers=TRAY_LINUX)
+    snap = srv.snapshot(servers=(srv.ollama(busy_model=False), srv.llamacpp()))
+    window.on_snapshot(snap)
+    shell.on_snapshot(snap)
+    shell._refresh_tray()
+    assert shell.tray.free_action.text() == "Free all (2 server models)"
+    refused = []
+    window.controller.refused.connect(lambda req, exc: refused.append(req.model))
+    shell.free_all()
+    assert refused == ["qwen2.5:7b", "llama3.2:3b"]
+    nothing = srv.snapshot(servers=(srv.llamacpp(),))
+    shell.on_snapshot(nothing)
+    shell._refresh_tray()
+    assert shell.tray.free_action.text() == "Free all" and not shell.tray.free_action.isEnabled()
 
 
 def test_tray_frees_caches_and_unloads_idle_models_of_the_demo_agents(shell_parts, qtbot):

@@ -70,7 +70,7 @@ def test_tooltip_and_menu_list_every_gpu_and_follow_changes(qapp, demo_feed):
     assert tip[1:] == [gpu_line(g) for g in snap.gpus]
     assert tray.gpu_lines() == tip[1:]
     texts = [a.text() for a in tray.menu.actions() if a.text()]
-    assert texts[len(snap.gpus):] == ["Free all caches", "Unload idle models", "Show window",
+    assert texts[len(snap.gpus):] == ["Free all", "Unload idle models", "Show window",
                                       "Pause alerts for 1 h", "Quit"]
     assert not any(a.isEnabled() for a in list(tray.menu.actions())[:len(snap.gpus)])
     one = dataclasses.replace(snap, gpus=snap.gpus[:1])
@@ -98,7 +98,7 @@ def test_icon_is_redrawn_only_when_the_percent_or_level_changes(qapp, demo_feed,
 def test_menu_actions_emit_their_signals(qtbot):
     tray = TrayController()
     tray.set_agent_actions(2, 1)
-    for action, signal in ((tray.free_action, tray.free_caches_requested),
+    for action, signal in ((tray.free_action, tray.free_all_requested),
                            (tray.unload_action, tray.unload_idle_requested),
                            (tray.show_action, tray.show_window_requested),
                            (tray.quit_action, tray.quit_requested)):
@@ -107,8 +107,19 @@ def test_menu_actions_emit_their_signals(qtbot):
     with qtbot.waitSignal(tray.pause_alerts_requested, timeout=1000) as blocker:
         tray.pause_action.trigger()
     assert blocker.args == [True]
-    assert tray.free_action.text() == "Free all caches (2 processes)"
+    assert tray.free_action.text() == "Free all (2 processes)"
     assert tray.unload_action.text() == "Unload idle models (1)"
+
+
+@pytest.mark.parametrize("processes,models,text", [
+    (1, 0, "Free all (1 process)"), (2, 3, "Free all (2 processes, 3 server models)"),
+    (0, 1, "Free all (1 server model)"), (0, 0, "Free all")])
+def test_free_all_counts_what_it_will_do_and_is_enabled_only_then(qapp, processes, models, text):
+    tray = TrayController()
+    tray.set_agent_actions(processes, 0, models)
+    assert tray.free_action.text() == text
+    assert tray.free_action.isEnabled() is bool(processes or models)
+    assert "model server" in tray.free_action.toolTip()
 
 
 def test_actions_disabled_when_there_is_nothing_to_do(qapp):

@@ -29,7 +29,8 @@ def test_largest_first_points_down_and_smallest_first_up(qtbot):
 
 
 def test_the_detail_views_model_table_points_down_for_largest_first(qtbot):
-    from app.ui.agents.agent_views import MCOL_SIZE, ProcessDetailView
+    from app.ui.agents.agent_views import ProcessDetailView
+    from app.ui.agents.model_list import MCOL_SIZE
 
     view = ProcessDetailView()
     qtbot.addWidget(view)

@@ -782,3 +782,98 @@ def test_an_agentless_pytorch_process_offers_its_environments_install_command(ta
     # Not a PyTorch process the Doctor named: nothing to install there.
     other = menu_actions(table.menu_for(table.model().index(table.visible_row_of("0", 2), 0)))
     assert "Copy the agent's install command" not in other
+
+
+# -- model servers --------------------------------------------------------------------------------
+
+def server_table(table):
+    from tests.unit.ui.agents import servers as srv
+
+    table.update_snapshot(srv.snapshot())
+    return srv
+
+
+def row_of(table, pid):
+    did = next(did for did in ("0", "1") if table.visible_row_of(did, pid) is not None)
+    return table.visible_row_of(did, pid)
+
+
+def test_a_servers_processes_are_named_by_their_server(table):
+    srv = server_table(table)
+    names = {pid: cell(table, row_of(table, pid), COL_COMMAND)
+             for pid in (srv.OLLAMA, srv.RUNNER, srv.COMFY, srv.A1111, srv.LLAMA, srv.VLLM)}
+    assert names == {
+        srv.OLLAMA: "Ollama 0.12.3 (server)",
+        srv.RUNNER: "Ollama runner · qwen2.5:7b, llama3.2:3b",
+        srv.COMFY: "ComfyUI 0.3.40 (server)",
+        srv.A1111: "AUTOMATIC1111 (server) · sd_xl_base_1.0.safetensors [31e35c80fc]",
+        srv.LLAMA: "llama.cpp b4500 (server) · Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        srv.VLLM: "vLLM 0.8.5 (server) · Qwen/Qwen2.5-7B-Instruct",
+    }
+    # The VRAM column stays NVML's figure of the process itself.
+    assert cell(table, row_of(table, srv.RUNNER), COL_VRAM) == "6.9 GiB"
+    # The filter finds a server by its name and a runner by its model.
+    table.proxy.setFilterFixedString("qwen2.5:7b")
+    assert table.proxy.rowCount() == 1
+    table.proxy.setFilterFixedString("")
+
+
+def test_a_server_rows_tooltip_says_what_it_holds_and_what_its_unload_does(table):
+    srv = server_table(table)
+    tip = cell(table, row_of(table, srv.RUNNER), COL_COMMAND, Qt.ItemDataRole.ToolTipRole)
+    lines = tip.splitlines()
+    assert lines[0].startswith("Ollama 0.12.3: model server at http://127.0.0.1:11434")
+    assert "This process is its runner: the memory is the server's" in lines
+    assert any(line.startswith("  qwen2.5:7b: 4.7 GiB, loaded, idle 4 min 05 s") for line in lines)
+    assert f"Unload: {srv.OLLAMA_UNLOAD}" in lines
+    assert any(line.startswith("/usr/local/bin/ollama runner --model") for line in lines)
+    tip = cell(table, row_of(table, srv.LLAMA), COL_COMMAND, Qt.ItemDataRole.ToolTipRole)
+    assert f"No unload: {srv.LLAMA_NONE}" in tip.splitlines()
+
+
+def test_a_server_rows_menu_unloads_its_models_or_says_why_it_cannot(table, qtbot):
+    from app.core.control.requests import Reload, Unload
+
+    srv = server_table(table)
+    actions = menu_actions(table.menu_for(table.model().index(row_of(table, srv.RUNNER), 0)))
+    assert list(actions) == ["Details…", "Unload qwen2.5:7b (Ollama)",
+                             "Unload llama3.2:3b (Ollama): generating now", "Terminate…"]
+    assert actions["Details…"].isEnabled()
+    assert not actions["Unload llama3.2:3b (Ollama): generating now"].isEnabled()
+    with qtbot.waitSignal(table.request) as sent:
+        actions["Unload qwen2.5:7b (Ollama)"].trigger()
+    assert sent.args == [Unload(srv.OLLAMA, "qwen2.5:7b", name="qwen2.5:7b",
+                                size=srv.ollama().models[0].vram_bytes)]
+    actions = menu_actions(table.menu_for(table.model().index(row_of(table, srv.LLAMA), 0)))
+    line = actions["llama.cpp's server has no unload API"]
+    assert not line.isEnabled() and line.toolTip() == srv.LLAMA_NONE
+    actions = menu_actions(table.menu_for(table.model().index(row_of(table, srv.A1111), 0)))
+    (reload_text,) = [t for t in actions if t.startswith("Reload")]
+    with qtbot.waitSignal(table.request) as sent:
+        actions[reload_text].trigger()
+    assert isinstance(sent.args[0], Reload) and sent.args[0].pid == srv.A1111
+
+
+def test_a_server_row_has_details(table, qtbot):
+    srv = server_table(table)
+    index = table.model().index(row_of(table, srv.VLLM), 0)
+    table.selectRow(index.row())
+    assert table.selected_details_pid() == srv.VLLM and table.selected_agent() is None
+    with qtbot.waitSignal(table.details_requested) as blocker:
+        table.doubleClicked.emit(index)
+    assert blocker.args == [srv.VLLM]
+    # A process of no server and without an agent has none.
+    table.update_snapshot(snap(gpu([proc(1, GiB)])))
+    table.selectRow(0)
+    assert table.selected_details_pid() is None
+
+
+def test_a_server_row_repaints_when_its_models_change(table, qtbot):
+    srv = server_table(table)
+    runner = row_of(table, srv.RUNNER)
+    changed = []
+    table.source_model.dataChanged.connect(lambda a, b, roles=(): changed.append(a.row()))
+    o = srv.ollama()
+    table.update_snapshot(srv.snapshot(servers=(dataclasses.replace(o, models=o.models[:1]),)))
+    assert cell(table, row_of(table, srv.RUNNER), COL_COMMAND) == "Ollama runner · qwen2.5:7b"
+    assert changed and runner is not None
