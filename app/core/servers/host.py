@@ -22,7 +22,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 #: Environment variables that move a server's API (read where the OS lets us).
-ENV_KEYS = ("OLLAMA_HOST", "OLLAMA_KEEP_ALIVE", "VLLM_SERVER_DEV_MODE", "VLLM_API_KEY")
+ENV_KEYS = ("OLLAMA_HOST", "OLLAMA_KEEP_ALIVE", "VLLM_SERVER_DEV_MODE", "COMMANDLINE_ARGS")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +36,35 @@ class HostProc:
     user: str | None = None
     ports: tuple[int, ...] = ()  # TCP ports it listens on (empty: none or unknown)
     env: dict[str, str] = field(default_factory=dict)  # ENV_KEYS it has, where readable
+    uid: int | None = None  # its owner (None: not known on this OS)
+    env_read: bool = False  # its environment could be read (env is then complete)
 
 
-def read_host() -> list[HostProc]:
+class HostReader:
+    """``read_host`` that remembers what cannot change while a process lives
+    (its name, command line, owner), keyed by pid and the /proc entry's change
+    time (a new process on a reused pid is read afresh) and checked against its
+    name (an exec renames it): a scan then costs a ``stat`` and one small read
+    per known process.  A parent that exits re-parents its children: the tree
+    can lag until the next full read."""
+
+    #: Every this many scans everything is read again: an exec that kept the
+    #: process's name (python execing python) is caught within that many.
+    FULL_EVERY = 10
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[tuple[int, int], Listed]] = {}
+        self._scans = 0
+
+    def __call__(self) -> list[HostProc]:
+        self._scans += 1
+        if self._scans % self.FULL_EVERY == 0:
+            self._known.clear()
+        return read_host(self._known)
+
+
+def read_host(known: dict[int, tuple[tuple[int, int], Listed]] | None = None
+              ) -> list[HostProc]:
     """Every process this user can see; the costly details (executable,
     working folder, environment, listening ports) only for those whose command
     line may be a server's.  Blocks on /proc reads: call it off the GUI thread.
@@ -46,66 +72,103 @@ def read_host() -> list[HostProc]:
     process; psutil's objects cost several times that on a busy host)."""
     import psutil
 
-    listing = _proc_listing() if sys.platform.startswith("linux") else None
+    listing = _proc_listing(known) if sys.platform.startswith("linux") else None
     if listing is None:
         listing = _psutil_listing(psutil)
     out: list[HostProc] = []
-    for pid, ppid, name, cmdline, user in listing:
+    for pid, ppid, name, cmdline, user, uid in listing:
         if not _hint(name, cmdline):
-            out.append(HostProc(pid, ppid, name, cmdline, user=user))
+            out.append(HostProc(pid, ppid, name, cmdline, user=user, uid=uid))
             continue
         try:
             proc = psutil.Process(pid)
         except psutil.Error:
             continue  # gone meanwhile
+        env = _env(proc) if _wants_env(cmdline) else None
         out.append(HostProc(pid, ppid, name, cmdline, _exe(proc), _cwd(proc), user,
-                            _ports(proc), _env(proc) if _wants_env(cmdline) else {}))
+                            _ports(proc), env or {}, uid, env is not None))
     return out
 
 
-Listed = tuple[int, "int | None", str, tuple[str, ...], "str | None"]
+Listed = tuple[int, "int | None", str, tuple[str, ...], "str | None", "int | None"]
 
 
-def _proc_listing() -> list[Listed] | None:
-    """(pid, ppid, name, command line, user) of every process, from /proc."""
+def _proc_listing(known: dict[int, tuple[tuple[int, int], Listed]] | None = None
+                  ) -> list[Listed] | None:
+    """(pid, ppid, name, command line, user, uid) of every process, from /proc;
+    ``known``: what earlier scans read, reused while a pid's entry is the same."""
     out: list[Listed] = []
     try:
         entries = list(os.scandir("/proc"))
     except OSError:
         return None
+    live: set[int] = set()
     for entry in entries:
         if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                raw = f.read(65536)
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read(4096)
-            uid = entry.stat().st_uid
+            st = entry.stat()
         except OSError:
             continue  # exited meanwhile
-        close = stat.rfind(b")")
-        name = stat[stat.find(b"(") + 1:close].decode("utf-8", "replace")
-        fields = stat[close + 2:].split()
-        if not raw:
-            continue  # a kernel thread (or a zombie)
-        parts = raw.rstrip(b"\0").split(b"\0")
-        if len(parts) == 1 and b" " in parts[0]:
-            parts = parts[0].split(b" ")  # a process that rewrote its title
-        cmdline = tuple(p.decode("utf-8", "replace") for p in parts)
-        out.append((int(entry.name), int(fields[1]) if len(fields) > 1 else None, name,
-                    cmdline, _user(uid)))
+        key = (st.st_ctime_ns, st.st_uid)
+        if known is not None:
+            live.add(pid)
+            hit = known.get(pid)
+            if hit is not None and hit[0] == key and _same_image(entry.name, hit[1][2]):
+                out.append(hit[1])
+                continue
+        listed = _read_proc(entry.name, st.st_uid)
+        if listed is not None:
+            out.append(listed)
+            if known is not None:
+                known[pid] = (key, listed)
+    if known is not None:
+        for pid in [p for p in known if p not in live]:
+            del known[pid]
     return out
+
+
+def _same_image(name: str, comm: str) -> bool:
+    """Whether the process still runs what it ran (an exec renames it: ``setpriv``
+    becomes ``ollama``), from its name alone (one small read)."""
+    try:
+        with open(f"/proc/{name}/comm", "rb") as f:
+            return f.read(64).rstrip(b"\n").decode("utf-8", "replace") == comm
+    except OSError:
+        return False
+
+
+def _read_proc(name: str, uid: int) -> Listed | None:
+    try:
+        with open(f"/proc/{name}/cmdline", "rb") as f:
+            raw = f.read(65536)
+        with open(f"/proc/{name}/stat", "rb") as f:
+            stat = f.read(4096)
+    except OSError:
+        return None  # exited meanwhile
+    close = stat.rfind(b")")
+    comm = stat[stat.find(b"(") + 1:close].decode("utf-8", "replace")
+    fields = stat[close + 2:].split()
+    if not raw:
+        return None  # a kernel thread (or a zombie)
+    parts = raw.rstrip(b"\0").split(b"\0")
+    if len(parts) == 1 and b" " in parts[0]:
+        parts = parts[0].split(b" ")  # a process that rewrote its title
+    cmdline = tuple(p.decode("utf-8", "replace") for p in parts)
+    return (int(name), int(fields[1]) if len(fields) > 1 else None, comm, cmdline, _user(uid),
+            uid)
 
 
 def _psutil_listing(psutil: Any) -> list[Listed]:
     out: list[Listed] = []
-    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline", "username"]):
+    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline", "username", "uids"]):
         info: dict[str, Any] = proc.info
         cmdline = tuple(info.get("cmdline") or ())
+        uids = info.get("uids")
         if cmdline or info.get("name"):
             out.append((info["pid"], info.get("ppid"), info.get("name") or "", cmdline,
-                        info.get("username")))
+                        info.get("username"), uids.real if uids else None))
     return out
 
 
@@ -167,17 +230,21 @@ def _cwd(proc: Any) -> str | None:
         return None
 
 
-def _env(proc: Any) -> dict[str, str]:
-    """The few variables that move a server's API (Ollama's, vLLM's)."""
+def _env(proc: Any) -> dict[str, str] | None:
+    """The few variables that move a server's API; None: not readable."""
     try:
         env = proc.environ()
     except Exception:
-        return {}
+        return None
     return {k: env[k] for k in ENV_KEYS if k in env}
 
 
 def _wants_env(cmdline: Iterable[str]) -> bool:
-    return any("ollama" in part.lower() or "vllm" in part.lower() for part in cmdline)
+    """Ollama's and vLLM's variables; AUTOMATIC1111's and Forge's COMMANDLINE_ARGS
+    (``webui-user.sh``/``.bat`` puts ``--api``, ``--port`` there, not on the
+    command line)."""
+    return any(w in part.lower() for part in cmdline
+               for w in ("ollama", "vllm", "launch.py", "webui.py"))
 
 
-__all__ = ["ENV_KEYS", "HostProc", "local_addresses", "read_host"]
+__all__ = ["ENV_KEYS", "HostProc", "HostReader", "local_addresses", "read_host"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -45,3 +46,30 @@ def test_a_server_shaped_process_gets_its_folder_and_ports_and_others_do_not(tmp
         for p in (server, other):
             p.kill()
             p.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_reader_keeps_what_cannot_change_and_sees_an_exec():
+    from app.core.servers.host import HostReader
+
+    reader = HostReader()
+    shell = subprocess.Popen(["sh", "-c", "read go; exec sleep 30"], stdin=subprocess.PIPE)
+    try:
+        first = {p.pid: p for p in reader()}
+        assert first[shell.pid].cmdline[:2] == ("sh", "-c")
+        again = {p.pid: p for p in reader()}
+        assert again[shell.pid] == first[shell.pid]
+        shell.stdin.write(b"go\n")
+        shell.stdin.flush()
+        deadline = time.monotonic() + 10
+        while reader_sees(reader, shell.pid) != ("sleep", "30"):
+            assert time.monotonic() < deadline, "the exec was never seen"
+            time.sleep(0.05)
+    finally:
+        shell.kill()
+        shell.wait()
+    assert shell.pid not in {p.pid for p in reader()}
+
+
+def reader_sees(reader, pid: int) -> tuple[str, ...]:
+    return next((p.cmdline for p in reader() if p.pid == pid), ())
