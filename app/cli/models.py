@@ -138,7 +138,14 @@ def _one_agent(args: argparse.Namespace) -> AgentDirectory | None:
     from app.cli.directory import DEMO_REPLAY_S, find_entry, open_directory
 
     directory = open_directory(args, replay_s=DEMO_REPLAY_S)
-    return directory if find_entry(directory, args.pid) is not None else None
+    if find_entry(directory, args.pid) is not None:
+        return directory
+    if getattr(args, "host", None) and getattr(args, "model", None):
+        # A model server there: its serve unloads through the server's API.
+        snapshot = _servers_snapshot(args)
+        if snapshot is not None and any(s.holds(args.pid) for s in snapshot.servers):
+            return directory
+    return None
 
 
 def _no_agent(args: argparse.Namespace) -> int:

@@ -86,6 +86,9 @@ def managed_pids(snapshot: Snapshot) -> set[int]:
 
 
 def cmd_servers(args: argparse.Namespace) -> int:
+    if getattr(args, "demo", False):  # the demo's machine runs no model server
+        print_json([]) if args.json else print(servers_table_none())
+        return EXIT_OK
     if args.host:
         from app.cli.status import _remote_snapshot
 
@@ -105,8 +108,7 @@ def servers_table(snapshot: Snapshot) -> str:
     from app.core.units import NA, fmt_bytes
 
     if not snapshot.servers:
-        return ("no model servers found (Ollama, ComfyUI, AUTOMATIC1111 / Forge, LM Studio, "
-                "text-generation-webui, vLLM, SGLang, llama.cpp, TGI)")
+        return servers_table_none()
     lines = []
     for s in snapshot.servers:
         usage = usage_of(snapshot, s.pids)
@@ -127,6 +129,11 @@ def servers_table(snapshot: Snapshot) -> str:
         if s.unload_note:
             lines.append(f"    {'unload' if s.can_unload else 'no unload'}: {s.unload_note}")
     return "\n".join(lines)
+
+
+def servers_table_none() -> str:
+    return ("no model servers found (Ollama, ComfyUI, AUTOMATIC1111 / Forge, LM Studio, "
+            "text-generation-webui, vLLM, SGLang, llama.cpp, TGI)")
 
 
 def unload_on_server(args: argparse.Namespace, reload: bool = False

@@ -81,7 +81,7 @@ def test_alert_tray_that_appears_later_and_quit_from_its_menu(display, tmp_path)
     assert labels[1].startswith("GPU 1 · A100-SXM4-80GB (demo) · ")
     assert [enabled for _l, enabled in result["menu"][:2]] == [False, False]
     # The demo's three processes with agents can be freed; its idle eval-mode models unloaded.
-    assert labels[2] == "Free all caches (3 processes)" and result["menu"][2][1] is True
+    assert labels[2] == "Free all (3 processes)" and result["menu"][2][1] is True
     assert labels[3].startswith("Unload idle models")
     assert labels[4:] == ["Show window", "Settings…", "Pause alerts for 1 h", "Quit"]
     assert result["exit_code"] == 0  # Quit from the tray menu ends the app cleanly

@@ -18,7 +18,7 @@ def idle_server_models(snapshot: Snapshot, min_idle_s: float) -> list[Diagnosis]
     out = []
     gpus = {g.index: g for g in snapshot.gpus if g.mig_index is None}
     for server in snapshot.servers:
-        if not server.can_unload:
+        if not server.can_unload or server.owner == "other":
             continue
         fixes, longest = [], 0.0
         for m in server.models:

@@ -5,7 +5,11 @@ the server offers an unload, the model is loaded and not generating, and its
 idle time comes from the server's own figures (its queue empty since …,
 Ollama's last request) and has lasted the minimum, in the policy's view
 too.  A server that says nothing about use (LM Studio, text-generation-webui)
-is never unloaded automatically: its idle time is unknown.
+is never unloaded automatically: its idle time is unknown.  Nor is a model
+whose unload does not come back by itself on the next request (AUTOMATIC1111
+leaves its checkpoint on the CPU until Reload; text-generation-webui, vLLM),
+nor one of another user's server (a system account's, the ``ollama``
+service user's, is the user's own desktop service and counts).
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def why_not(server: ModelServer, model: ServerModel, seen_at: float, min_idle_s:
     """(why ``model`` may not be unloaded automatically, None: it may; its idle seconds)."""
     if not server.can_unload:
         return server.unload_note or "the server offers no unload", None
+    if not server.reloads_on_use:
+        return (f"{server.label}'s unload does not come back by itself: "
+                "unloaded by hand only"), None
+    if server.owner == "other":
+        return f"another user's server ({server.user}): unloaded by hand only", None
     if model.state != "loaded":
         return model.state, None
     if model.busy or (model.busy is None and server.busy):

@@ -149,7 +149,10 @@ class ServerApi:
         run = self._prepare(method, pid, p, directory, timeout)
         p.done()
         self._check_owner(pid, caller)
-        if not any(e.pid == pid for e in directory.entries()):
+        snapshot = self.engine.state().snapshot
+        served = method in ("unload", "reload") and snapshot is not None and any(
+            srv.holds(pid) for srv in snapshot.servers)
+        if not served and not any(e.pid == pid for e in directory.entries()):
             raise ApiError(f"no agent in process {pid}", 404, "not_found")
         result = run()
         outcome = result.get("ok") if isinstance(result, dict) else None

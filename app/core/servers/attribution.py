@@ -25,6 +25,7 @@ class Usage:
     sm_percent: float | None  # the highest SM % of those processes; None: no sample
     gpu_used: dict[int, int]  # NVML index -> the GPU's used bytes (a fallback measure)
     listed: bool = False  # any of the pids is in a GPU's process list
+    listed_on: frozenset[int] = frozenset()  # the GPUs listing them, bytes known or not
 
     @property
     def total(self) -> int | None:
@@ -32,7 +33,8 @@ class Usage:
 
     @property
     def only_gpu(self) -> int | None:
-        return next(iter(self.bytes_by_gpu)) if len(self.bytes_by_gpu) == 1 else None
+        """The one GPU they are on (listed there: WDDM lists a process without bytes)."""
+        return next(iter(self.listed_on)) if len(self.listed_on) == 1 else None
 
 
 def usage_of(snapshot: Snapshot, pids: Iterable[int]) -> Usage:
@@ -42,11 +44,13 @@ def usage_of(snapshot: Snapshot, pids: Iterable[int]) -> Usage:
     known = True
     sm: float | None = None
     listed = False
+    on: set[int] = set()
     for gpu in snapshot.gpus:
         for p in gpu.processes:
             if p.pid not in wanted:
                 continue
             listed = True
+            on.add(gpu.index)
             if gpu.memory_used is not None:
                 used[gpu.index] = gpu.memory_used
             if p.gpu_memory is None:
@@ -57,7 +61,7 @@ def usage_of(snapshot: Snapshot, pids: Iterable[int]) -> Usage:
                 sm = p.sm_util if sm is None else max(sm, p.sm_util)
     if not listed:
         used = {g.index: g.memory_used for g in snapshot.gpus if g.memory_used is not None}
-    return Usage(by_gpu, known, sm, used, listed)
+    return Usage(by_gpu, known, sm, used, listed, frozenset(on))
 
 
 __all__ = ["BUSY_SM_PERCENT", "Usage", "usage_of"]

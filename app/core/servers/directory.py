@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from app.core.monitor.samples import Snapshot
 from app.core.servers.adapters import ADAPTERS, Adapter, Probe
 from app.core.servers.attribution import BUSY_SM_PERCENT, usage_of
-from app.core.servers.host import HostProc, local_addresses, read_host
+from app.core.servers.host import HostProc, HostReader, local_addresses
 from app.core.servers.http import LocalHttp, ServerHttpError
-from app.core.servers.keys import ServerKey, key_for, read_keys
+from app.core.servers.keys import ServerKey, key_for, keys_path, read_keys
 from app.core.servers.recognise import LABELS, Found, base, recognise
 from app.core.servers.types import ModelServer, ServerModel
 
@@ -42,20 +43,20 @@ class _Seen:
 
 
 class ServerDirectory:
-    def __init__(self, host_reader: Callable[[], list[HostProc]] = read_host,
+    def __init__(self, host_reader: Callable[[], list[HostProc]] | None = None,
                  adapters: dict[str, Adapter] | None = None,
                  keys: list[ServerKey] | None = None, scan_s: float = 3.0,
                  probe_s: float = 1.5, timeout_s: float = 2.0,
                  clock: Callable[[], float] = time.time) -> None:
         """``keys``: the servers' API keys (None: read the user's keys file)."""
-        self._host_reader = host_reader
+        self._host_reader = host_reader or HostReader()
         self.adapters = adapters if adapters is not None else ADAPTERS
         self._notices: list[str] = []
+        self._keys_stamp: tuple[float, int] | None = None
+        self._keys_from_file = keys is None
+        self._keys: list[ServerKey] = keys or []
         if keys is None:
-            keys, problem = read_keys()
-            if problem:
-                self._notices.append(problem)
-        self._keys = keys
+            self._read_keys()
         self.scan_s, self.probe_s, self.timeout_s = scan_s, probe_s, timeout_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -63,7 +64,8 @@ class ServerDirectory:
         self._found: dict[int, Found] = {}
         self._seen: dict[int, _Seen] = {}
         self._inflight: set[int] = set()
-        self._expires: dict[tuple[int, str], tuple[float | None, float]] = {}
+        # (pid, model) -> (expires_at last seen, first seen, when expires_at last changed)
+        self._expires: dict[tuple[int, str], tuple[float | None, float, float | None]] = {}
         self._offloaded: set[tuple[int, str]] = set()  # A1111 checkpoints moved to RAM by us
         self._latest: tuple[ModelServer, ...] = ()
         self.snapshot: Snapshot | None = None
@@ -116,11 +118,27 @@ class ServerDirectory:
             for found in list(self._found.values()):
                 self._submit(found)
 
+    def _read_keys(self) -> None:
+        """The keys file again when it changed (a key kept while the app runs)."""
+        try:
+            st = os.stat(keys_path())
+            stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp == self._keys_stamp and self._keys_stamp is not None:
+            return
+        self._keys_stamp = stamp
+        keys, problem = read_keys()
+        self._keys = keys
+        self._notices = [problem] if problem else []
+
     def scan(self) -> None:
         """Read the process list and recognise the servers in it (no API asked)."""
         self._scan()
 
     def _scan(self) -> None:
+        if self._keys_from_file:
+            self._read_keys()
         try:
             found = recognise(self._host_reader())
             self._local = frozenset(local_addresses()) | {"localhost"}
@@ -135,6 +153,8 @@ class ServerDirectory:
             self._expires = {k: v for k, v in self._expires.items() if k[0] in self._found}
 
     def _submit(self, found: Found) -> None:
+        if self._stop.is_set():
+            return
         with self._lock:
             if found.pid in self._inflight:
                 return  # still waiting on the last answer: one request per server
@@ -150,7 +170,7 @@ class ServerDirectory:
     def http_for(self, found: Found, timeout_s: float | None = None) -> LocalHttp:
         if found.endpoint is None:
             raise ServerHttpError(found.api_off or "no port found for its API")
-        auth = key_for(self._keys, found.kind, found.port)
+        auth = key_for(self._keys, found.kind, found.port) if _trusted(found) else None
         return LocalHttp(found.endpoint, auth, self.timeout_s if timeout_s is None else timeout_s,
                          local=self._local)
 
@@ -167,6 +187,10 @@ class ServerDirectory:
             probe = self.probe_now(found)
         except ServerHttpError as exc:
             error = str(exc)
+            if exc.status in (401, 403) and not _trusted(found) \
+                    and key_for(self._keys, found.kind, found.port) is not None:
+                error += (f"; the key kept for {LABELS[found.kind]} is sent only to a server "
+                          "process of yours seen listening on that port")
         except Exception as exc:  # an adapter bug or a shape it did not expect
             log.debug("probing %s (%d) failed", found.kind, found.pid, exc_info=True)
             error = f"unexpected answer ({type(exc).__name__}: {exc})"
@@ -242,7 +266,9 @@ class ServerDirectory:
             can_unload=bool(probe and probe.can_unload and adapter is not None),
             unload_note=(probe.unload_note if probe else "") or (found.api_off or ""),
             reservation=probe.reservation if probe else None,
-            error=found.api_off or seen.error, reachable=probe is not None)
+            error=found.api_off or seen.error, reachable=probe is not None,
+            reloads_on_use=adapter is not None and adapter.reloads_on_use,
+            owner=_owner(found.uid))
 
     def _model(self, found: Found, m: ServerModel, probe: Probe | None, seen: _Seen,
                gpu: int | None, sm_busy: bool | None) -> ServerModel:
@@ -252,12 +278,17 @@ class ServerDirectory:
             server_busy if server_busy is not None else sm_busy)
         idle_since = m.idle_since
         if found.kind == "ollama":
-            last, changed = self._expires.get(key, (None, self._clock()))
+            # expires_at minus the server's keep-alive is the last request only when
+            # the request sent no keep-alive of its own: never earlier than a change
+            # of expires_at seen here (a request ended), nor than this directory's
+            # first sight of the model (what it does not know, it does not claim).
+            now = self._clock()
+            last, first_seen, changed = self._expires.get(key, (m.expires_at, now, None))
             if m.expires_at != last:
-                changed = self._clock() if last is not None else changed
-                self._expires[key] = (m.expires_at, changed)
-            if last is not None and m.expires_at != last:
-                idle_since = max(idle_since or 0.0, changed)
+                changed = now
+            self._expires[key] = (m.expires_at, first_seen, changed)
+            if idle_since is not None:
+                idle_since = max(idle_since, first_seen, changed or 0.0)
         elif server_busy is not None:
             idle_since = seen.idle_since
         if busy:
@@ -265,6 +296,20 @@ class ServerDirectory:
         state = "on cpu" if key in self._offloaded else m.state
         return dataclasses.replace(m, gpu=m.gpu if m.gpu is not None else gpu, busy=busy,
                                    idle_since=idle_since, state=state)
+
+
+def _trusted(found: Found) -> bool:
+    """A key goes only to a process of ours that is seen listening on the port
+    asked: a neighbour's look-alike, or one squatting a server's port, gets none."""
+    mine = found.uid is not None and hasattr(os, "getuid") and found.uid == os.getuid()
+    return mine and found.port_owned
+
+
+def _owner(uid: int | None) -> str:
+    """"you", "service" (a system account: the ``ollama`` user) or "other"."""
+    if uid is None or not hasattr(os, "getuid") or uid == os.getuid():
+        return "you"
+    return "service" if uid < 1000 else "other"
 
 
 def _runner_of(found: Found, model: ServerModel) -> int | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -80,23 +82,35 @@ class LocalHttp:
         if header:
             headers["Authorization"] = header
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        # One deadline for the whole exchange: a server that drips a byte at a time
+        # never waits out a per-read timeout.  At the deadline the socket is shut.
+        expired = threading.Event()
+        watchdog = threading.Timer(timeout, _cut, (conn, expired))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             raw = resp.read(MAX_BODY_BYTES + 1)
         except TimeoutError:
             raise ServerHttpError(f"no answer in {timeout:g} s") from None
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if expired.is_set():
+                raise ServerHttpError(f"no answer in {timeout:g} s") from None
             raise ServerHttpError(_why(exc)) from None
         finally:
+            watchdog.cancel()
             conn.close()
+        if expired.is_set():
+            raise ServerHttpError(f"no answer in {timeout:g} s")
         if len(raw) > MAX_BODY_BYTES:
             raise ServerHttpError(f"answer over {MAX_BODY_BYTES // 1024 // 1024} MiB")
         if resp.status in (401, 403):
             raise ServerHttpError(
                 f"{resp.status} {resp.reason}: "
-                + ("the API key set for it was refused" if header else
-                   "it needs an API key (Settings → Model servers)"), resp.status)
+                + ("the API key kept for it was refused" if header else
+                   "it needs an API key: keep it with `vram-steward server-key KIND`"),
+                resp.status)
         if resp.status >= 400:
             raise ServerHttpError(f"{resp.status} {resp.reason}: {_detail(raw)}", resp.status)
         text = raw.decode("utf-8", "replace").strip()
@@ -106,6 +120,16 @@ class LocalHttp:
             return json.loads(text)
         except ValueError:
             return text  # a plain-text answer ("OK", "Ollama is running")
+
+
+def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+    expired.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _why(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ server's default; a wildcard bind is reached on loopback.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,8 @@ class Found:
     api_off: str | None = None  # why its API is not served ("started without --api")
     options: tuple[tuple[str, str], ...] = ()  # flags that matter: gpu_memory_utilization, ...
     runners: tuple[tuple[int, str], ...] = ()  # (child pid, the model file it was given)
+    uid: int | None = None  # the server process's owner
+    port_owned: bool = False  # one of its processes is seen listening on ``port``
 
     @property
     def endpoint(self) -> str | None:
@@ -108,15 +111,24 @@ def _port(text: str | None) -> int | None:
     return port if port is not None and 0 < port < 65536 else None
 
 
-def _where(proc: HostProc, script: str | None) -> str:
-    """The script's folder and the working folder, lower case, for a name check."""
-    parts = [proc.cwd or ""]
-    if script:
-        parts.append(script)
-    return " ".join(p.lower().replace("\\", "/") for p in parts)
+def _folder(proc: HostProc, script: str) -> str:
+    """The folder the script lies in (a relative one under the working folder),
+    lower case with forward slashes, for a name check: ``…/ComfyUI``."""
+    path = script.replace("\\", "/")
+    if not re.match(r"^(/|[A-Za-z]:/)", path):
+        path = (proc.cwd or "").replace("\\", "/").rstrip("/") + "/" + path
+    return path.rsplit("/", 1)[0].lower()
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
 
 
 def _host_of(bind: str | None) -> str:
+    bind = bind.split(",")[0].strip() if bind else bind  # ComfyUI: "0.0.0.0,::"
     if not bind or bind in ("0.0.0.0", "::", "*", "[::]", "localhost"):
         return LOOPBACK
     return bind.strip("[]")
@@ -150,7 +162,7 @@ def _python_server(proc: HostProc) -> Rule | None:
     if script is None:
         return None
     name = base(script)
-    where = _where(proc, script)
+    folder = _folder(proc, script)
     if script == "-m vllm.entrypoints.openai.api_server":
         return _vllm(proc, args)
     if (script.startswith("-m vllm") or name == "vllm") and args[:1] == ["serve"]:
@@ -159,17 +171,20 @@ def _python_server(proc: HostProc) -> Rule | None:
         return ("sglang", _port(_flag(args, "--port")), _host_of(_flag(args, "--host")), None,
                 _opts(args, ("--mem-fraction-static", "mem_fraction_static"),
                       ("--enable-memory-saver", "memory_saver")))
-    if name == "main.py" and "comfy" in where:
+    if name == "main.py" and "comfyui" in folder:
         listen = _flag(args, "--listen")
         return "comfyui", _port(_flag(args, "--port")), _host_of(listen), None, ()
-    if name in ("launch.py", "webui.py") and re.search(r"webui|forge|stable-diffusion", where):
-        kind = "forge" if "forge" in where else "a1111"
+    if name in ("launch.py", "webui.py") and re.search(r"webui|forge|stable-diffusion", folder):
+        kind = "forge" if "forge" in folder else "a1111"
+        # webui-user.sh/.bat passes its flags in COMMANDLINE_ARGS, read inside Python.
+        args = [*args, *_split(proc.env.get("COMMANDLINE_ARGS", ""))]
         nowebui = _flag(args, "--nowebui") is not None
         port = _port(_flag(args, "--port")) or (7861 if nowebui else None)
-        off = None if nowebui or _flag(args, "--api") is not None else \
-            "started without --api: its API is off"
+        off = None
+        if proc.env_read and not nowebui and _flag(args, "--api") is None:
+            off = "started without --api: its API is off"
         return kind, port, _host_of(_flag(args, "--server-name")), off, ()
-    if name == "server.py" and "text-generation-webui" in where:
+    if name == "server.py" and "text-generation-webui" in folder:
         on = _flag(args, "--api") is not None or _flag(args, "--nowebui") is not None
         return ("tgw", _port(_flag(args, "--api-port")), LOOPBACK,
                 None if on else "started without --api: its API is off", ())
@@ -223,38 +238,47 @@ def recognise(procs: Sequence[HostProc]) -> list[Found]:
             if hit is not None:
                 matched[p.pid] = hit
                 break
+    # A llama.cpp server that Ollama or text-generation-webui started is their
+    # runner; any other server under another one is a server of its own.
+    runners = {pid for pid, hit in matched.items() if hit[0] == "llamacpp"
+               and _ancestor_kind(by_pid, pid, matched) in ("ollama", "tgw")}
+    own = {pid for pid in matched if pid not in runners}
     found = []
     for pid, (kind, port, host, off, options) in sorted(matched.items()):
-        if _ancestor_matched(by_pid, pid, matched):
-            continue  # a runner or worker of a server already counted
+        if pid in runners:
+            continue
         proc = by_pid[pid]
-        tree = _descendants(pid, children)
+        tree = _descendants(pid, children, stop=own)
         port = port or _listening(proc, kind) or DEFAULT_PORTS[kind]
-        runners = tuple((child, model) for child in tree
+        given = tuple((child, model) for child in tree
                         if child in by_pid and (model := _flag(by_pid[child].cmdline,
                                                                "--model", "-m")))
-        found.append(Found(kind, pid, (pid, *tree), proc.user, host, port, off, options,
-                           runners))
+        pids = (pid, *tree)
+        owned = any(port in by_pid[p].ports for p in pids if p in by_pid)
+        found.append(Found(kind, pid, pids, proc.user, host, port, off, options, given,
+                           proc.uid, owned))
     return found
 
 
-def _ancestor_matched(by_pid: dict[int, HostProc], pid: int, matched: dict[int, Rule]) -> bool:
+def _ancestor_kind(by_pid: dict[int, HostProc], pid: int, matched: dict[int, Rule]
+                   ) -> str | None:
     seen = {pid}
     parent = by_pid[pid].ppid
     while parent is not None and parent in by_pid and parent not in seen:
         if parent in matched:
-            return True
+            return matched[parent][0]
         seen.add(parent)
         parent = by_pid[parent].ppid
-    return False
+    return None
 
 
-def _descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+def _descendants(pid: int, children: dict[int, list[int]], stop: set[int]) -> list[int]:
+    """``pid``'s descendants, without the servers in ``stop`` and theirs."""
     out: list[int] = []
     stack = list(children.get(pid, ()))
     while stack and len(out) < 256:
         child = stack.pop()
-        if child in out or child == pid:
+        if child in out or child == pid or child in stop:
             continue
         out.append(child)
         stack.extend(children.get(child, ()))

@@ -28,7 +28,8 @@ from app.core.servers.types import ServerUnload
 def as_result(done: ServerUnload) -> ModelActionResult:
     return ModelActionResult(
         done.pid, done.model, done.ok, error=None if done.ok else done.reason,
-        code=None if done.ok else done.outcome.replace(" ", "_"), outcome=done.outcome,
+        code=None if done.ok else done.code or done.outcome.replace(" ", "_"),
+        outcome=done.outcome,
         note=done.reason, freed_bytes=done.freed_bytes if done.outcome == "freed" else None)
 
 

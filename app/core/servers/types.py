@@ -64,6 +64,10 @@ class ModelServer:
     reservation: Reservation | None = None
     error: str | None = None  # why its API gave nothing this time ("no answer in 2 s")
     reachable: bool = False  # its API answered the latest probe
+    # Its unload comes back by itself on the next request (Ollama, ComfyUI, Forge, LM
+    # Studio): only these are unloaded automatically or by "Free all".
+    reloads_on_use: bool = False
+    owner: str = "you"  # "you", "service" (a system account) or "other" (another user)
 
     @property
     def display(self) -> str:
@@ -89,6 +93,7 @@ class ServerUnload:
     after_bytes: int | None = None  # at the outcome
     deadline_s: float = 0.0
     seconds: float | None = None  # until the outcome
+    code: str | None = None  # a refusal's kind: "not_found" (no such server or model), ...
 
     @property
     def freed_bytes(self) -> int | None:

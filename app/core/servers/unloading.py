@@ -51,8 +51,8 @@ def _measure(directory: ServerDirectory, pids: tuple[int, ...], mode: str | None
     if mode != "gpu" and usage.known and (usage.listed or mode == "process"):
         return sum(usage.bytes_by_gpu.values()), "its processes' memory (NVML)", "process"
     if mode != "process" and usage.gpu_used:
-        return (sum(usage.gpu_used.values()),
-                "the GPU's used memory (NVML has no per-process figure)", "gpu")
+        return (sum(usage.gpu_used.values()), "the GPU's used memory: NVML gives no "
+                "per-process figure here, so other processes count in it", "gpu")
     return None, "no NVML reading", mode
 
 
@@ -74,15 +74,19 @@ def unload(directory: ServerDirectory, pid: int, model_id: str,
     server = directory.owner(pid)
     found = directory.found(pid)
     if server is None or found is None:
-        return ServerUnload(pid, "", model_id, REFUSED, f"no model server holds process {pid}")
+        return ServerUnload(pid, "", model_id, REFUSED, f"no model server holds process {pid}",
+                            code="not_found")
     adapter = directory.adapters[found.kind]
     deadline = adapter.deadline_s if deadline_s is None else deadline_s
 
     def result(outcome: str, reason: str, before_bytes: int | None = None,
-               after_bytes: int | None = None, seconds: float | None = None) -> ServerUnload:
+               after_bytes: int | None = None, seconds: float | None = None,
+               code: str | None = None) -> ServerUnload:
         return ServerUnload(server.pid, server.kind, model_id, outcome, reason, before_bytes,
-                            after_bytes, deadline, seconds)
+                            after_bytes, deadline, seconds, code)
 
+    if not server.reachable and server.error:
+        return result(FAILED, f"{server.label}'s API gives nothing: {server.error}")
     if not server.can_unload:
         return result(REFUSED, server.unload_note or f"{server.label} offers no unload")
     try:
@@ -92,7 +96,8 @@ def unload(directory: ServerDirectory, pid: int, model_id: str,
     directory.note_probe(found.pid, probe, None)
     model = next((m for m in probe.models if m.id == model_id), None)
     if model is None:
-        return result(REFUSED, f"{server.label} has no model {model_id!r} loaded")
+        return result(REFUSED, f"{server.label} has no model {model_id!r} loaded",
+                      code="not_found")
     current = next((m for m in server.models if m.id == model_id), None)
     busy = bool(probe.busy or (probe.busy is None and current is not None and current.busy))
     if busy and (automatic or not adapter.defers_while_busy):
@@ -102,7 +107,7 @@ def unload(directory: ServerDirectory, pid: int, model_id: str,
     expect = model.vram_bytes or (current.vram_bytes if current else None)
     wanted = max(MIN_DROP_BYTES, expect // 2) if expect else MIN_DROP_BYTES
     started = time.monotonic()
-    tick = directory.ticks
+    tick = start_tick = directory.ticks
     try:
         ack = adapter.unload(directory.http_for(found, timeout_s=60.0), model)
     except (ServerHttpError, ValueError) as exc:
@@ -122,23 +127,25 @@ def unload(directory: ServerDirectory, pid: int, model_id: str,
             _next_snapshot(directory, tick, min(until, time.monotonic() + 2.0))
             settled, _, _ = _measure(directory, server.pids, mode)
             after = settled if settled is not None else after
-            left = f"; {fmt_bytes(after)} still held by its processes" if after else ""
+            left = f"; {fmt_bytes(after)} still held by its processes" \
+                if after and mode == "process" else ""
             return result(FREED, f"{ack.text}: freed {fmt_bytes(before - after)} "
                           f"({figure}){left}", before_bytes=before, after_bytes=after,
                           seconds=time.monotonic() - started)
     seconds = time.monotonic() - started
     if before is not None and after is not None and before - after >= MIN_DROP_BYTES:
-        return result(FREED, f"{ack.text}: freed {fmt_bytes(before - after)} ({figure}); "
-                      f"{fmt_bytes(after)} is still held, outside what {server.label} "
-                      "unloads", before_bytes=before, after_bytes=after, seconds=seconds)
+        left = f"; {fmt_bytes(after)} is still held, outside what {server.label} unloads" \
+            if mode == "process" else ""
+        return result(FREED, f"{ack.text}: freed {fmt_bytes(before - after)} ({figure}){left}",
+                      before_bytes=before, after_bytes=after, seconds=seconds)
     owner = directory.owner(pid)
     if ack.deferred or busy or (owner is not None and owner.busy):
         return result(PENDING, f"{ack.text}: nothing freed yet after {fmt_duration(seconds)}; "
                       f"{server.label} is busy and frees once its current work ends",
                       before_bytes=before, after_bytes=after, seconds=seconds)
-    if before is None or after is None:
-        return result(NOT_FREED, f"{ack.text}, but NVML gives no figure to confirm it",
-                      seconds=seconds)
+    if before is None or after is None or tick == start_tick:
+        return result(NOT_FREED, f"{ack.text}, but no NVML reading arrived in "
+                      f"{fmt_duration(seconds)} to confirm it", seconds=seconds)
     return result(NOT_FREED, f"{ack.text}, but NVML shows no drop after "
                   f"{fmt_duration(seconds)} ({fmt_bytes(max(0, before - after))} less): "
                   "the memory is held outside what the server manages", before_bytes=before,

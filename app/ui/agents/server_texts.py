@@ -244,11 +244,12 @@ def menu_entries(server: ModelServer) -> list[tuple[str, str, Request | None]]:
 
 
 def freeable(snapshot: Snapshot | None) -> list[tuple[ModelServer, ServerModel]]:
-    """The server models "Free all" unloads: loaded, on an unload the server offers,
-    and not generating."""
+    """The server models "Free all" unloads: loaded, not generating, on servers of
+    yours (or a system service's) whose unload comes back by itself on the next
+    request (Ollama, ComfyUI, Forge, LM Studio)."""
     out = []
     for server in (snapshot.servers if snapshot is not None else ()):
-        if not server.can_unload:
+        if not server.can_unload or not server.reloads_on_use or server.owner == "other":
             continue
         out.extend((server, m) for m in server.models if m.state == "loaded"
                    and not (m.busy or (m.busy is None and server.busy)))

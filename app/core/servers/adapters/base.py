@@ -39,6 +39,8 @@ class Adapter(abc.ABC):
     #: The server holds an unload asked while it generates until it is idle (Ollama,
     #: ComfyUI): a manual one is sent then and is "pending"; others are refused.
     defers_while_busy: bool = False
+    #: A model it unloaded comes back by itself on the next request that needs it.
+    reloads_on_use: bool = False
 
     @abc.abstractmethod
     def probe(self, found: Found, http: LocalHttp) -> Probe:

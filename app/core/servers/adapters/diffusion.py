@@ -18,12 +18,14 @@ COMFY_UNLOAD = ("ComfyUI unloads every model after the prompt it is running (POS
 A1111_UNLOAD = ("AUTOMATIC1111 moves the checkpoint to host RAM (VRAM freed, RAM grows by "
                 "as much); Reload puts it back")
 FORGE_UNLOAD = "Forge unloads every model through its memory manager"
+ON_CPU_BELOW = 512 * 1024 * 1024
 
 
 class ComfyUI(Adapter):
     kind = "comfyui"
     deadline_s = 30.0
     defers_while_busy = True  # /free is applied after the current prompt
+    reloads_on_use = True  # the next prompt loads what it needs
 
     def probe(self, found: Found, http: LocalHttp) -> Probe:
         stats = mapping(http.get("/system_stats"))
@@ -58,6 +60,9 @@ class A1111(Adapter):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.note = FORGE_UNLOAD if kind == "forge" else A1111_UNLOAD
+        # Forge's memory manager loads again on the next job; A1111 leaves the
+        # checkpoint on the CPU until Reload.
+        self.reloads_on_use = kind == "forge"
 
     def probe(self, found: Found, http: LocalHttp) -> Probe:
         options = mapping(http.get("/sdapi/v1/options"))
@@ -71,9 +76,13 @@ class A1111(Adapter):
         checkpoint = text(options.get("sd_model_checkpoint"))
         models: tuple[ServerModel, ...] = ()
         if checkpoint:
+            # A checkpoint is gigabytes: with under 512 MiB allocated it sits in host RAM
+            # (an unload by anyone: this app, another client, a restart of this app).
+            on_cpu = self.kind == "a1111" and allocated is not None and allocated < ON_CPU_BELOW
             models = (ServerModel(
                 id=checkpoint, name=checkpoint, vram_bytes=allocated,
-                figure="PyTorch allocated (/sdapi/v1/memory)", busy=busy, unload=self.note),)
+                figure="PyTorch allocated (/sdapi/v1/memory)", busy=busy, unload=self.note,
+                state="on cpu" if on_cpu else "loaded"),)
         return Probe(models=models, busy=busy, can_unload=True, unload_note=self.note)
 
     def unload(self, http: LocalHttp, model: ServerModel) -> Ack:

@@ -17,6 +17,7 @@ TGW_UNLOAD = ("text-generation-webui unloads its model; load it again from its M
 
 class LmStudio(Adapter):
     kind = "lmstudio"
+    reloads_on_use = True  # just-in-time loading, on by default
 
     def probe(self, found: Found, http: LocalHttp) -> Probe:
         listing = mapping(http.get("/api/v1/models"))

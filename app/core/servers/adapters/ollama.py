@@ -56,6 +56,7 @@ def parse_duration(value: str | None) -> float | None:
 class Ollama(Adapter):
     kind = "ollama"
     defers_while_busy = True  # its scheduler unloads once the running request ends
+    reloads_on_use = True
 
     def __init__(self) -> None:
         self._files: dict[tuple[str, str], str | None] = {}  # (endpoint, digest) -> blob
@@ -64,16 +65,18 @@ class Ollama(Adapter):
         """The weights file Ollama hands its runner: the FROM line of the model's
         Modelfile (``/api/show``), asked once per model version."""
         key = (http.endpoint, digest or name)
-        if key not in self._files:
-            if len(self._files) > 256:
-                self._files.clear()
-            try:
-                shown = mapping(http.post("/api/show", {"model": name}))
-            except ServerHttpError:
-                return None  # asked again next time
-            lines = re.findall(r"^FROM (.+)$", text(shown.get("modelfile")) or "", re.M)
-            self._files[key] = next((f.strip() for f in lines if "sha256" in f), None)
-        return self._files[key]
+        if key in self._files:
+            return self._files.get(key)  # probes run on several threads: no KeyError
+        try:
+            shown = mapping(http.post("/api/show", {"model": name}))
+        except ServerHttpError:
+            return None  # asked again next time
+        lines = re.findall(r"^FROM (.+)$", text(shown.get("modelfile")) or "", re.M)
+        found = next((f.strip() for f in lines if "sha256" in f), None)
+        if len(self._files) > 256:
+            self._files = {}
+        self._files[key] = found
+        return found
 
     def probe(self, found: Found, http: LocalHttp) -> Probe:
         version = text(mapping(http.get("/api/version")).get("version"))

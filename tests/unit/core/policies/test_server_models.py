@@ -5,6 +5,8 @@ the near-limit alert to what it leaves."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from app.core.agents.types import ModelActionResult
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
 from app.core.policies.alerts import AlertPolicy
@@ -25,12 +27,14 @@ def snap(servers: tuple[ModelServer, ...], used: int, procs: tuple[ProcessSample
 
 
 def ollama(busy: bool | None = False, idle_s: float | None = 900.0, can_unload: bool = True,
-           kind: str = "ollama") -> ModelServer:
+           kind: str = "ollama", **kw) -> ModelServer:
     model = ServerModel("qwen2.5:7b", "qwen2.5:7b", 5_012_345_678, figure="size_vram", gpu=0,
                         idle_since=None if idle_s is None else NOW - idle_s, busy=busy)
-    return ModelServer(kind, "Ollama" if kind == "ollama" else "LM Studio", 900, (900, 950),
-                       "ollama", "http://127.0.0.1:11434", "0.12.3", (model,), busy=busy,
-                       can_unload=can_unload, unload_note="keep_alive 0", reachable=True)
+    return dataclasses.replace(ModelServer(
+        kind, "Ollama" if kind == "ollama" else "LM Studio", 900, (900, 950),
+        "ollama", "http://127.0.0.1:11434", "0.12.3", (model,), busy=busy,
+        can_unload=can_unload, unload_note="keep_alive 0", reachable=True,
+        reloads_on_use=True), **kw)
 
 
 RUNNER = (ProcessSample(950, 5_400_000_000),)
@@ -61,6 +65,16 @@ def test_a_server_that_does_not_say_when_it_was_used_is_left_alone() -> None:
     (decision,) = decide(ollama(busy=None, idle_s=None, kind="lmstudio"))
     assert decision.kind == NOTHING_ELIGIBLE
     assert "idle time unknown" in decision.skipped[0][3]
+
+
+def test_an_unload_that_does_not_come_back_or_another_users_server_is_by_hand_only() -> None:
+    (decision,) = decide(ollama(reloads_on_use=False, label="AUTOMATIC1111"))
+    assert decision.kind == NOTHING_ELIGIBLE
+    assert "does not come back by itself" in decision.skipped[0][3]
+    (decision,) = decide(ollama(owner="other", user="bob"))
+    assert decision.skipped[0][3] == "another user's server (bob): unloaded by hand only"
+    (decision,) = decide(ollama(owner="service"))  # the ollama service user's: the desktop's own
+    assert decision.kind == UNLOAD
 
 
 def test_a_model_idle_less_than_the_minimum_is_not_chosen() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -65,7 +66,7 @@ def test_keys_go_as_set_and_a_refusal_says_what_to_do(server) -> None:
     with pytest.raises(ServerHttpError, match="needs an API key") as info:
         LocalHttp(server).get("/locked")
     assert info.value.status == 401
-    with pytest.raises(ServerHttpError, match="the API key set for it was refused"):
+    with pytest.raises(ServerHttpError, match="the API key kept for it was refused"):
         LocalHttp(server, Auth(bearer="wrong")).get("/locked")
     assert LocalHttp(server, Auth(bearer="right")).get("/locked")["path"] == "/locked"
     LocalHttp(server, Auth(basic="ada:s3cret")).get("/x")
@@ -99,3 +100,31 @@ def test_nobody_listening() -> None:
     probe.close()
     with pytest.raises(ServerHttpError, match="connection refused"):
         LocalHttp(f"http://127.0.0.1:{port}").get("/")
+
+
+def test_a_server_that_drips_its_answer_is_cut_at_one_deadline() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            for _ in range(200):  # a byte every 0.05 s: each read is quick, the whole is not
+                conn.sendall(b"{")
+                time.sleep(0.05)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ServerHttpError, match="no answer in 0.5 s"):
+            LocalHttp(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.5).get("/")
+        assert time.monotonic() - started < 2.0
+    finally:
+        listener.close()

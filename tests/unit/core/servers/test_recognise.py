@@ -11,7 +11,8 @@ def proc(pid: int, cmdline: list[str], ppid: int | None = 1, name: str | None = 
          cwd: str | None = None, ports: tuple[int, ...] = (), env: dict | None = None,
          user: str = "ada", exe: str | None = None) -> HostProc:
     name = name or cmdline[0].replace("\\", "/").rsplit("/", 1)[-1]
-    return HostProc(pid, ppid, name, tuple(cmdline), exe, cwd, user, ports, env or {})
+    return HostProc(pid, ppid, name, tuple(cmdline), exe, cwd, user, ports, env or {},
+                    env_read=env is not None)
 
 
 def test_ollama_with_its_runner_child_is_one_server_on_its_default_port() -> None:
@@ -70,7 +71,29 @@ def test_comfyui_linux_and_windows_portable() -> None:
 
 
 def test_a_main_py_that_is_not_comfyui_is_nothing() -> None:
-    assert recognise([proc(10, ["python", "main.py"], cwd="/home/ada/my-trainer")]) == []
+    assert recognise([proc(10, ["python", "main.py"], cwd="/home/ada/my-trainer"),
+                      proc(11, ["python", "main.py"], cwd="/home/ada/comfy-workflow-tools",
+                           ports=(5000,)),
+                      proc(12, ["python", "/srv/comfy/tools/main.py"])]) == []
+
+
+def test_comfyui_listening_everywhere_is_asked_on_loopback() -> None:
+    (found,) = recognise([proc(10, ["python", "ComfyUI/main.py", "--listen", "0.0.0.0,::"],
+                               cwd="/opt")])
+    assert found.endpoint == "http://127.0.0.1:8188"
+
+
+def test_a_server_started_under_another_is_its_own() -> None:
+    found = recognise([
+        proc(10, ["python", "main.py"], cwd="/opt/ComfyUI"),
+        proc(20, ["ollama", "serve"], ppid=10),
+        proc(21, ["ollama", "runner", "--model", "/m/sha256-1"], ppid=20),
+        proc(30, ["python", "server.py", "--api"], cwd="/opt/text-generation-webui"),
+        proc(31, ["llama-server", "--model", "q.gguf", "--port", "5010"], ppid=30),
+    ])
+    assert [(f.kind, f.pids) for f in found] == [("comfyui", (10,)), ("ollama", (20, 21)),
+                                                 ("tgw", (30, 31))]
+    assert found[1].runners == ((21, "/m/sha256-1"),)
 
 
 def test_a1111_needs_api_and_forge_is_told_apart() -> None:
@@ -78,14 +101,20 @@ def test_a1111_needs_api_and_forge_is_told_apart() -> None:
         proc(30, ["python3", "launch.py", "--api", "--port", "7870"],
              cwd="/home/ada/stable-diffusion-webui"),
         proc(31, ["python3", "launch.py"], cwd="/home/ada/stable-diffusion-webui-forge"),
+        proc(33, ["python3", "launch.py"], cwd="/home/bo/stable-diffusion-webui", env={}),
+        proc(34, ["python3", "launch.py"], cwd="/home/cy/stable-diffusion-webui",
+             env={"COMMANDLINE_ARGS": "--xformers --api --port 7870"}),
         proc(32, [r"D:\sd\stable-diffusion-webui\venv\Scripts\python.exe", "launch.py",
                   "--nowebui"], cwd=r"D:\sd\stable-diffusion-webui", name="python.exe"),
     ])
     by_pid = {f.pid: f for f in found}
     assert by_pid[30].kind == "a1111" and by_pid[30].endpoint == "http://127.0.0.1:7870"
-    assert by_pid[31].kind == "forge" and by_pid[31].endpoint is None
-    assert by_pid[31].api_off == "started without --api: its API is off"
+    assert by_pid[31].kind == "forge" and by_pid[31].endpoint == "http://127.0.0.1:7860"
+    assert by_pid[31].api_off is None  # its environment unread: its API may be on
     assert by_pid[32].kind == "a1111" and by_pid[32].endpoint == "http://127.0.0.1:7861"
+    assert by_pid[33].endpoint is None  # read: no --api anywhere
+    assert by_pid[33].api_off == "started without --api: its API is off"
+    assert by_pid[34].endpoint == "http://127.0.0.1:7870"  # webui-user.sh's COMMANDLINE_ARGS
 
 
 def test_text_generation_webui_api_port() -> None:

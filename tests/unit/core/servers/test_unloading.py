@@ -164,7 +164,8 @@ def test_a_probe_error_is_shown_and_its_models_are_not(world) -> None:
 def test_nvml_without_per_process_figures_measures_the_gpu(world) -> None:
     """WDDM: the runner is listed with no bytes; the GPU's used memory is the measure."""
     _adapter, directory = world
-    directory.current(snapshot(None))
+    (server,) = directory.current(snapshot(None))
+    assert server.models[0].gpu == 0  # listed there, bytes unknown: still its GPU
     feed(directory, [snapshot(None), snapshot(0)])
     done = unloading.unload(directory, 900, "llama3.2:3b")
     assert done.outcome in (FREED, NOT_FREED)

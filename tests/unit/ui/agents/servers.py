@@ -29,7 +29,8 @@ def ollama(busy_model: bool = True, **kw) -> ModelServer:
                         unload=OLLAMA_UNLOAD)
     fields = dict(kind="ollama", label="Ollama", pid=OLLAMA, pids=(OLLAMA, RUNNER), user="alice",
                   endpoint="http://127.0.0.1:11434", version="0.12.3", models=(qwen, llama),
-                  busy=None, can_unload=True, unload_note=OLLAMA_UNLOAD, reachable=True)
+                  busy=None, can_unload=True, unload_note=OLLAMA_UNLOAD, reachable=True,
+                  reloads_on_use=True)
     fields.update(kw)
     return ModelServer(**fields)
 
@@ -42,7 +43,7 @@ def comfyui(**kw) -> ModelServer:
     fields = dict(kind="comfyui", label="ComfyUI", pid=COMFY, pids=(COMFY,), user="alice",
                   endpoint="http://127.0.0.1:8188", version="0.3.40", models=(model,),
                   busy=False, idle_since=NOW - 30, can_unload=True, unload_note=COMFY_UNLOAD,
-                  reachable=True)
+                  reachable=True, reloads_on_use=True)
     fields.update(kw)
     return ModelServer(**fields)
 
