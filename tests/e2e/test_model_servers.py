@@ -136,6 +136,7 @@ def test_every_server_is_found_with_what_it_holds_and_each_unload_is_measured(wo
     (qwen,) = o["models"]
     size_vram = call(ollama.url + "/api/ps")["models"][0]["size_vram"]
     assert (qwen["id"], qwen["vram_bytes"], qwen["gpu"]) == ("qwen2.5:7b", size_vram, 0)
+    assert qwen["pid"] == runner  # its runner, found from the Modelfile's FROM and its command
     assert qwen["expires_at"] > time.time() and qwen["unload"].startswith("Ollama unloads")
     for pid in (comfy.pid, a1111.pid, lmstudio.pid, tgw.pid):
         assert found[pid]["gpu_memory"] == held[pid], found[pid]

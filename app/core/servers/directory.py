@@ -255,7 +255,8 @@ class ServerDirectory:
                     busy = own.sm_percent >= BUSY_SM_PERCENT
                 else:  # no sample for it while its siblings have one: no kernels ran
                     busy = False if usage.sm_percent is not None else None
-            models.append(self._model(found, m, probe, seen, gpu, busy))
+            model = self._model(found, m, probe, seen, gpu, busy)
+            models.append(dataclasses.replace(model, pid=runner) if runner else model)
         busy = probe.busy if probe and probe.busy is not None else (
             True if any(m.busy for m in models) else None)
         return ModelServer(

@@ -34,6 +34,7 @@ class ServerModel:
     busy: bool | None = None  # generating now; None: the server does not say
     unload: str | None = None  # what an unload really does; None: the server offers none
     file: str | None = None  # the weights file its runner child was given (Ollama's blob)
+    pid: int | None = None  # the child process holding it, where that is known (Ollama's runner)
 
 
 @dataclass(frozen=True, slots=True)

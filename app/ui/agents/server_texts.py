@@ -176,10 +176,15 @@ def nvml_text(snapshot: Snapshot | None, server: ModelServer) -> str:
     return f"NVML: {', '.join(parts)} ({who})"
 
 
-def model_names(server: ModelServer, gpu: int | None = None, most: int = 2) -> str:
-    """"qwen2.5:7b, llama3.2:3b +1": the models on NVML GPU ``gpu`` (None: all)."""
-    names = [m.name for m in server.models if (gpu is None or m.gpu is None or m.gpu == gpu)
-             and server.label not in m.name]  # not "models loaded by ComfyUI" after "ComfyUI"
+def model_names(server: ModelServer, gpu: int | None = None, most: int = 2,
+                pid: int | None = None) -> str:
+    """"qwen2.5:7b, llama3.2:3b +1": the models on NVML GPU ``gpu`` (None: all);
+    ``pid``: only those a child holds, where the server says which (Ollama's runners)."""
+    models = [m for m in server.models if (gpu is None or m.gpu is None or m.gpu == gpu)
+              and server.label not in m.name]  # not "models loaded by ComfyUI" after "ComfyUI"
+    if pid is not None and any(m.pid == pid for m in models):
+        models = [m for m in models if m.pid == pid]
+    names = [m.name for m in models]
     if len(names) > most:
         return ", ".join(names[:most]) + f" +{len(names) - most}"
     return ", ".join(names)
@@ -194,6 +199,7 @@ def process_name(server: ModelServer, pid: int, gpu: int | None) -> str:
         alone = all(p == server.pid for p in server.pids)
         return f"{text} · {names}" if names and alone else text
     text = f"{server.label} {child_word(server)}"
+    names = model_names(server, gpu, pid=pid)
     return f"{text} · {names}" if names else text
 
 

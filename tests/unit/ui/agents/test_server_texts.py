@@ -154,3 +154,14 @@ def test_a_running_server_unload_says_so_and_is_told_apart_from_agent_unloads():
     server_policy = dataclasses.replace(policy, to="server")
     assert st.served(server_policy)
     assert model_summary(server_policy) == "job.py (10): unloading m…"
+
+
+def test_a_runner_is_named_by_the_model_it_holds_where_the_server_says_which():
+    import dataclasses
+
+    server = srv.ollama()
+    held = tuple(dataclasses.replace(m, pid=srv.RUNNER if m.id == "qwen2.5:7b" else 4251)
+                 for m in server.models)
+    named = dataclasses.replace(server, models=held, pids=(srv.OLLAMA, srv.RUNNER, 4251))
+    assert st.process_name(named, srv.RUNNER, 0) == "Ollama runner · qwen2.5:7b"
+    assert st.process_name(named, 4251, 0) == "Ollama runner · llama3.2:3b"
