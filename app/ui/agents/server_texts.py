@@ -112,7 +112,7 @@ def vram_tooltip(server: ModelServer, model: ServerModel) -> str:
 
 def unload_tooltip(server: ModelServer, model: ServerModel) -> str:
     """What the model's Unload (or Reload) really does."""
-    if model.state == "on cpu":
+    if model.state in ("on cpu", "sleeping"):
         return f"Load {model.name} back onto the GPU through {server.label}'s API"
     return model.unload or server.unload_note or f"Unload {model.name} through {server.label}"
 
@@ -224,7 +224,7 @@ def server_tooltip(server: ModelServer, pid: int, now: float) -> list[str]:
 
 def model_request(server: ModelServer, model: ServerModel) -> Request:
     """The Unload (or, for a checkpoint moved to host RAM, the Reload) of ``model``."""
-    if model.state == "on cpu":
+    if model.state in ("on cpu", "sleeping"):
         return Reload(server.pid, model.id, model.name)
     return Unload(server.pid, model.id, name=model.name, size=model.vram_bytes)
 
@@ -240,9 +240,9 @@ def menu_entries(server: ModelServer) -> list[tuple[str, str, Request | None]]:
         return [(f"Nothing loaded in {server.label}", unload_note(server), None)]
     out: list[tuple[str, str, Request | None]] = []
     for m in server.models:
-        verb = "Reload" if m.state == "on cpu" else "Unload"
+        verb = "Reload" if m.state in ("on cpu", "sleeping") else "Unload"
         text = f"{verb} {m.name} ({server.label})"
-        if m.state != "on cpu" and is_busy(server, m):
+        if m.state not in ("on cpu", "sleeping") and is_busy(server, m):
             out.append((f"{text}: generating now", BUSY_TEXT[0].upper() + BUSY_TEXT[1:], None))
         else:
             out.append((text, unload_tooltip(server, m), model_request(server, m)))

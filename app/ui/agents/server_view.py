@@ -236,7 +236,7 @@ class ServerView(QWidget):
             label.setToolTip(tip)
         muted = pal.hex_color(pal.muted(self.palette()))
         _style(row.labels[SCOL_VRAM], f"color: {muted};" if m.vram_bytes is None else "")
-        reload = m.state == "on cpu"
+        reload = m.state in ("on cpu", "sleeping")
         busy = is_busy(server, m) and not reload
         row.button.setText("Reload" if reload else "Unload")
         running = pending is not None

@@ -51,7 +51,9 @@ class Adapter(abc.ABC):
         return Ack(False, "this server offers no unload")
 
     def reload(self, http: LocalHttp, model: ServerModel) -> Ack:
-        return Ack(False, "this server loads models on the next request itself")
+        if self.reloads_on_use:
+            return Ack(False, "it loads the model again on the next request that names it")
+        return Ack(False, "its API offers no reload: load the model from the server itself")
 
 
 def number(value: Any) -> int | None:

@@ -17,7 +17,8 @@ from app.core.servers.recognise import Found
 from app.core.servers.types import Reservation, ServerModel
 
 VLLM_SLEEP = ("vLLM sleep (level 1): weights to host RAM (needs as much free RAM), KV cache "
-              "discarded, requests in flight aborted; it wakes on POST /wake_up, not by itself")
+              "discarded, requests in flight aborted; it wakes on Reload (POST /wake_up), not "
+              "by itself")
 VLLM_NO_SLEEP = ("vLLM offers no unload unless started with --enable-sleep-mode and "
                  "VLLM_SERVER_DEV_MODE=1; stop it to free its memory")
 LLAMACPP_NONE = ("llama.cpp's server has no unload API: stop it, or start it with "
@@ -64,7 +65,14 @@ class Vllm(Adapter):
         fraction = _fraction(found.option("gpu_memory_utilization"), 0.9)
         sleep = found.option("sleep_mode") is not None and found.option("dev_mode") == "1"
         note = VLLM_SLEEP if sleep else VLLM_NO_SLEEP
-        models = tuple(dataclasses.replace(m, unload=note if sleep else None)
+        asleep = False
+        if sleep:
+            try:
+                asleep = mapping(http.get("/is_sleeping")).get("is_sleeping") is True
+            except ServerHttpError:
+                asleep = False  # an older vLLM: its state is not said
+        models = tuple(dataclasses.replace(m, unload=note if sleep else None,
+                                           state="sleeping" if asleep else "loaded")
                        for m in _model_ids(http))
         pct = f"{fraction:.0%}" if fraction is not None else "most"
         return Probe(version=version, models=models, can_unload=sleep, unload_note=note,
@@ -76,6 +84,10 @@ class Vllm(Adapter):
     def unload(self, http: LocalHttp, model: ServerModel) -> Ack:
         http.post("/sleep?level=1", timeout_s=120.0)
         return Ack(True, "vLLM is asleep (level 1)")
+
+    def reload(self, http: LocalHttp, model: ServerModel) -> Ack:
+        http.post("/wake_up", timeout_s=120.0)
+        return Ack(True, "vLLM is awake")
 
 
 class SgLang(Adapter):

@@ -77,9 +77,14 @@ def test_vllm_reserves_by_design_and_offers_sleep_only_where_enabled(server) -> 
                                           ("sleep_mode", ""), ("dev_mode", "1")), http)
     assert asleep.can_unload and asleep.unload_note == VLLM_SLEEP
     assert "requests in flight aborted" in asleep.models[0].unload
-    assert asleep.reservation.fraction == 0.85
+    assert asleep.reservation.fraction == 0.85 and asleep.models[0].state == "loaded"
     ADAPTERS["vllm"].unload(http, asleep.models[0])
-    assert Routes.posted == [("/sleep?level=1", {})]
+    Routes.answers["/is_sleeping"] = {"is_sleeping": True}
+    slept = ADAPTERS["vllm"].probe(found("vllm", server, ("sleep_mode", ""), ("dev_mode", "1")),
+                                   http)
+    assert slept.models[0].state == "sleeping"
+    ADAPTERS["vllm"].reload(http, slept.models[0])
+    assert Routes.posted == [("/sleep?level=1", {}), ("/wake_up", {})]
 
 
 def test_llama_cpp_and_tgi_say_they_offer_no_unload(server) -> None:
