@@ -5,7 +5,7 @@ usual text."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSortFilterProxyModel, Qt
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
+from PySide6.QtWidgets import QHeaderView, QTableView, QWidget
 
 from app.ui.agents.model_list import (
     MCOL_CLASS,
@@ -22,6 +22,7 @@ from app.ui.agents.model_list import (
     BadgeDelegate,
 )
 from app.ui.style.sort_header import SortHeader
+from app.ui.style.tables import sorted_rows
 
 #: Per column, the text its width is made for.
 WIDEST = ((MCOL_STATE, "Offloaded to disk"), (MCOL_CLASS, "UNet2DConditionModel"),
@@ -37,19 +38,10 @@ class ModelTable(QTableView):
         self.setHorizontalHeader(SortHeader(Qt.Orientation.Horizontal, self))
         self.setModel(proxy)
         self.setItemDelegateForColumn(MCOL_STATE, BadgeDelegate(self))
-        self.setSortingEnabled(True)
-        self.sortByColumn(MCOL_SIZE, Qt.SortOrder.DescendingOrder)
-        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.setAlternatingRowColors(True)
-        self.setShowGrid(False)
-        self.setWordWrap(False)
+        row = sorted_rows(self, MCOL_SIZE)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.verticalHeader().setVisible(False)
-        self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         # The header and two models, however small the window: never squeezed to nothing.
-        self.setMinimumHeight(3 * (self.fontMetrics().height() + 10) + 6)
+        self.setMinimumHeight(3 * row + 6)
         header = self.horizontalHeader()
         header.setHighlightSections(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)

@@ -32,6 +32,7 @@ from app.core.diagnosis.agentless import install_commands
 from app.core.monitor.samples import HostStatus, Snapshot
 from app.ui.agents.server_texts import menu_entries
 from app.ui.style.sort_header import SortHeader
+from app.ui.style.tables import sorted_rows
 from app.ui.window.process_model import ProcessSortProxy, ProcessTableModel
 from app.ui.window.process_rows import (
     AGENT_ROLE,
@@ -83,17 +84,8 @@ class ProcessTable(QTableView):
         self.proxy = ProcessSortProxy(self)
         self.proxy.setSourceModel(self.source_model)
         self.setModel(self.proxy)
-        self.setSortingEnabled(True)
-        self.sortByColumn(COL_VRAM, Qt.SortOrder.DescendingOrder)
-        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.setAlternatingRowColors(True)
-        self.setShowGrid(False)
-        self.setWordWrap(False)
+        sorted_rows(self, COL_VRAM)
         self.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.verticalHeader().setVisible(False)
-        self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         header.setHighlightSections(False)
         header.setStretchLastSection(False)
