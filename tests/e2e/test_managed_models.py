@@ -16,10 +16,10 @@ import pytest
 
 from app.agent import protocol
 from app.core.agents import client as agent_client
-from app.core.agents import registry as agent_registry
 from app.core.agents.connection import AgentConnection, AgentError
 from app.core.agents.types import AgentEntry, AgentReport
 from tests.e2e.test_run_agent import BOOTSTRAP, Child, children, env, runtime  # noqa: F401
+from tests.fakes.processes import agent_entry
 
 pytestmark = [
     pytest.mark.skipif(not (BOOTSTRAP / "sitecustomize.py").exists(),
@@ -72,16 +72,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def agent_of(runtime: str, pid: int, timeout: float = 30.0) -> AgentEntry:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in agent_registry.read_registry(runtime):
-            if entry.pid == pid:
-                return entry
-        time.sleep(0.1)
-    raise AssertionError(f"no agent for {pid}")
-
-
 def raw_report(entry: AgentEntry, timeout: float = 30.0) -> dict:
     """The report, once it lists the child's model."""
     deadline = time.monotonic() + timeout
@@ -100,7 +90,7 @@ def test_a_comfyui_process_keeps_its_models(tmp_path, env, runtime, children):
     children.append(child)
     first = child.line()
     pid = first["pid"]
-    entry = agent_of(runtime, pid)
+    entry = agent_entry(runtime, pid)
 
     data = raw_report(entry)
     assert data["managed_by"] == "ComfyUI"

@@ -51,3 +51,12 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(every)
+
+
+def agent_entry(runtime: str, pid: int, timeout: float = 30.0) -> Any:
+    """The registry entry of process ``pid``'s agent in ``runtime``, once it has
+    registered (an ``AgentEntry``); fails after ``timeout``."""
+    from app.core.agents.registry import read_registry
+
+    return wait_for(f"the agent of {pid} to register", lambda: next(
+        (e for e in read_registry(runtime) if e.pid == pid), None), timeout, every=0.1)

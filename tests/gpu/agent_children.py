@@ -9,10 +9,9 @@ import select
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-from app.core.agents import registry as agent_registry
+from tests.fakes.processes import agent_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,11 +61,4 @@ def read_line(proc, timeout: float = 120.0) -> dict:
     return json.loads(line)
 
 
-def entry_for(runtime: str, pid: int, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in agent_registry.read_registry(runtime):
-            if entry.pid == pid:
-                return entry
-        time.sleep(0.1)
-    raise AssertionError(f"no agent registered for {pid}")
+entry_for = agent_entry  # the GPU tests' name for it

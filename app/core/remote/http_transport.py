@@ -83,12 +83,7 @@ class HttpTransport:
     def close(self) -> None:
         """End the streams (calls hold nothing between them)."""
         for conn in list(self._streams):
-            sock = conn.sock
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut(conn)
 
     # -- pieces -----------------------------------------------------------------
     def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
@@ -167,3 +162,13 @@ def _frame(raw: bytes, url: str) -> dict[str, Any]:
     if not isinstance(frame, dict):
         raise RemoteError(f"{url} sent a frame that is not an object", "protocol")
     return frame
+
+
+def shut(conn: http.client.HTTPConnection) -> None:
+    """End ``conn``'s exchange from another thread: a read blocked on it returns."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

@@ -11,11 +11,12 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from app.core.remote.http_transport import shut
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -124,12 +125,7 @@ class LocalHttp:
 
 def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
     expired.set()
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    shut(conn)
 
 
 def _why(exc: BaseException) -> str:
