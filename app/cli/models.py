@@ -136,6 +136,7 @@ def _one_agent(args: argparse.Namespace) -> AgentDirectory | None:
     """The directory to act through when it knows process ``--pid``, else None
     (after saying so: :func:`_no_agent`)."""
     from app.cli.directory import DEMO_REPLAY_S, find_entry, open_directory
+    from app.core.servers.types import holding
 
     directory = open_directory(args, replay_s=DEMO_REPLAY_S)
     if find_entry(directory, args.pid) is not None:
@@ -143,7 +144,7 @@ def _one_agent(args: argparse.Namespace) -> AgentDirectory | None:
     if getattr(args, "host", None) and getattr(args, "model", None):
         # A model server there: its serve unloads through the server's API.
         snapshot = _servers_snapshot(args)
-        if snapshot is not None and any(s.holds(args.pid) for s in snapshot.servers):
+        if snapshot is not None and holding(snapshot.servers, args.pid) is not None:
             return directory
     return None
 

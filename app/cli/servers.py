@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from app import APP_NAME
-from app.cli.common import EXIT_FAILED, EXIT_OK, print_json, tell
+from app.cli.common import EXIT_FAILED, EXIT_OK, print_json
 
 if TYPE_CHECKING:
     from app.core.agents.types import ModelActionResult
@@ -31,15 +31,12 @@ def local_servers(only: int | None = None) -> Iterator[tuple[Collector, ServerDi
     """A collector over this host's GPUs (NVML; none: servers still listed)
     joined with a scanned and probed server directory (``only``: just the
     server holding that pid, or none when no server does)."""
+    from app.cli.status import scanned_servers
     from app.core.monitor.collector import Collector
     from app.core.monitor.nvml_source import NvmlSource
-    from app.core.servers.directory import ServerDirectory
 
-    servers = ServerDirectory(timeout_s=1.0)
-    for line in servers.notices():
-        tell(f"{APP_NAME}: {line}")
+    servers = scanned_servers(only)
     collector = Collector(NvmlSource(), servers=servers, pressure_policy=False, doctor=False)
-    servers.refresh(only)
     try:
         yield collector, servers
     finally:
@@ -142,7 +139,6 @@ def unload_on_server(args: argparse.Namespace, reload: bool = False
     measured from NVML; None when no server holds ``--pid`` (the caller then
     asks the agents)."""
     from app.cli.directory import find_entry, real_agents
-    from app.core.agents.types import ModelActionResult
     from app.core.servers import unloading
     from app.core.servers.directory import ServerDirectory
     from app.core.servers.routing import as_result
@@ -167,12 +163,7 @@ def unload_on_server(args: argparse.Namespace, reload: bool = False
         ticker.start()
         try:
             if reload:
-                done = unloading.reload(servers, args.pid, args.model)
-                ok = done.outcome == "reloaded"
-                result = ModelActionResult(done.pid, done.model, ok,
-                                           error=None if ok else done.reason,
-                                           code=None if ok else done.outcome,
-                                           outcome=done.outcome, note=done.reason)
+                result = as_result(unloading.reload(servers, args.pid, args.model))
             else:
                 found = servers.found(args.pid)
                 longest = servers.adapters[found.kind].deadline_s if found else 0.0

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from app import APP_NAME
-from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, print_json
+from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, print_json, tell
 
 if TYPE_CHECKING:
     from app.core.monitor.samples import Snapshot
@@ -41,7 +41,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         snapshot = _remote_snapshot(args)
     else:
         collector = Collector(make_source(args.demo, args.seed, size=args.demo_size),
-                              servers=None if args.demo else _servers())
+                              servers=None if args.demo else scanned_servers())
         try:
             collector.open()
         except SourceUnavailable as exc:
@@ -67,13 +67,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _servers() -> ServerDirectory:
-    """This host's model servers, scanned and asked once (a server that hangs
-    costs one second)."""
+def scanned_servers(only: int | None = None) -> ServerDirectory:
+    """This host's model servers, scanned and asked once (``only``: just the one
+    holding that pid; a server that hangs costs about a second); the keys file
+    refused is told once."""
     from app.core.servers.directory import ServerDirectory
 
     servers = ServerDirectory(timeout_s=1.0)
-    servers.refresh()
+    for line in servers.notices():
+        tell(f"{APP_NAME}: {line}")
+    servers.refresh(only)
     return servers
 
 

@@ -11,17 +11,13 @@ from __future__ import annotations
 from app.core.control.records import RELOAD, UNLOAD, ModelAction
 from app.core.control.requests import Refusal, Reload, RequestError, Unload
 from app.core.monitor.samples import Snapshot
-from app.core.servers.types import ModelServer
-
-
-def server_holding(snapshot: Snapshot, pid: int) -> ModelServer | None:
-    return next((s for s in snapshot.servers if s.holds(pid)), None)
+from app.core.servers.types import holding
 
 
 def server_action(snapshot: Snapshot, req: Unload | Reload) -> ModelAction | None:
     """The action for ``req`` when a server holds ``req.pid`` and has ``req.model``
     (None: not a server's model); RequestError when the server cannot do it."""
-    server = server_holding(snapshot, req.pid)
+    server = holding(snapshot.servers, req.pid)
     if server is None or req.model is None:
         return None
     model = server.model(req.model)
@@ -42,4 +38,4 @@ def server_action(snapshot: Snapshot, req: Unload | Reload) -> ModelAction | Non
                        size=model.vram_bytes, display_id=gpu, nvml=False)
 
 
-__all__ = ["server_action", "server_holding"]
+__all__ = ["server_action"]

@@ -30,6 +30,7 @@ from app.core.diagnosis.trends import Series, Trend, TrendConfig
 from app.core.diagnosis.types import KINDS, Diagnosis, OomReport
 from app.core.monitor.samples import GpuSample, HostStatus, ProcessSample, Snapshot
 from app.core.paths import UnsafeDir
+from app.core.servers.types import holding
 
 if TYPE_CHECKING:
     from app.core.diagnosis.forecast import ForecastConfig
@@ -236,7 +237,7 @@ class Doctor:
             for proc in gpu.processes:
                 if (proc.pid in snapshot.agents or not proc.gpu_memory
                         or proc.host_status is not HostStatus.OK
-                        or any(s.holds(proc.pid) for s in snapshot.servers)):
+                        or holding(snapshot.servers, proc.pid) is not None):
                     continue
                 env = self._agentless.torch_env(proc.pid, proc.create_time)
                 if env is not None:

@@ -26,6 +26,7 @@ from app.core.serve.access import ANONYMOUS, CONTROL, READ, Caller
 from app.core.serve.engine import ServeEngine
 from app.core.serve.params import ApiError, Params
 from app.core.serve.state import ServeState
+from app.core.servers.types import holding
 from app.core.wire.codec import encode
 from app.core.wire.snapshot import WIRE_VERSION, encode_snapshot
 
@@ -150,8 +151,8 @@ class ServerApi:
         p.done()
         self._check_owner(pid, caller)
         snapshot = self.engine.state().snapshot
-        served = method in ("unload", "reload") and snapshot is not None and any(
-            srv.holds(pid) for srv in snapshot.servers)
+        served = method in ("unload", "reload") and snapshot is not None \
+            and holding(snapshot.servers, pid) is not None
         if not served and not any(e.pid == pid for e in directory.entries()):
             raise ApiError(f"no agent in process {pid}", 404, "not_found")
         result = run()

@@ -27,7 +27,7 @@ from app.core.servers.host import HostProc, HostReader, local_addresses
 from app.core.servers.http import LocalHttp, ServerHttpError
 from app.core.servers.keys import ServerKey, key_for, keys_path, read_keys
 from app.core.servers.recognise import LABELS, Found, base, recognise
-from app.core.servers.types import ModelServer, ServerModel
+from app.core.servers.types import ModelServer, ServerModel, holding
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,11 @@ class ServerDirectory:
         if len(wanted) <= 1:
             for found in wanted:
                 self._probe(found)
-            return
-        with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:
-            list(pool.map(self._probe, wanted))  # a server that hangs costs one timeout
+        else:
+            with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:
+                list(pool.map(self._probe, wanted))  # a server that hangs costs one timeout
+        if only is None:
+            self._ready.set()
 
     @property
     def ready(self) -> bool:
@@ -107,8 +109,8 @@ class ServerDirectory:
         return self._ready.is_set()
 
     def _loop(self) -> None:
-        self.refresh()  # the first round whole, so the first decisions see every server
-        self._ready.set()
+        if not self.ready:  # the first round whole, so the first decisions see every server
+            self.refresh()
         next_scan = time.monotonic() + self.scan_s
         while not self._stop.wait(self.probe_s):
             now = time.monotonic()
@@ -219,7 +221,7 @@ class ServerDirectory:
             return self._latest
 
     def owner(self, pid: int) -> ModelServer | None:
-        return next((s for s in self.servers() if s.holds(pid)), None)
+        return holding(self.servers(), pid)
 
     def found(self, pid: int) -> Found | None:
         with self._lock:

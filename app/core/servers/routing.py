@@ -53,11 +53,7 @@ class WithServers(AgentDirectory):
 
     def reload(self, pid: int, model: str, timeout_s: float = 300.0) -> ModelActionResult:
         if self._server_model(pid, model):
-            done = unloading.reload(self.servers, pid, model)
-            return ModelActionResult(pid, model, done.outcome == "reloaded",
-                                     error=None if done.outcome == "reloaded" else done.reason,
-                                     code=None if done.outcome == "reloaded" else done.outcome,
-                                     outcome=done.outcome, note=done.reason)
+            return as_result(unloading.reload(self.servers, pid, model))
         return self.agents.reload(pid, model, timeout_s)
 
     # -- the agents'

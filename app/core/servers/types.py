@@ -8,6 +8,7 @@ None ("n/a"), never 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Outcomes of an unload through a server's API, measured from NVML.
@@ -16,6 +17,7 @@ PENDING = "pending"  # the server accepted and frees later (its queue is busy)
 NOT_FREED = "not freed"  # accepted, yet NVML shows no drop by the deadline
 REFUSED = "refused"  # not sent: the server is busy, has no unload, or the model is unknown
 FAILED = "failed"  # the server answered with an error or not at all
+RELOADED = "reloaded"  # a reload the server carried out (A1111's checkpoint, vLLM woken)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,11 @@ class ModelServer:
         return next((m for m in self.models if m.id == model_id), None)
 
 
+def holding(servers: Iterable[ModelServer], pid: int) -> ModelServer | None:
+    """The server among ``servers`` whose processes include ``pid``."""
+    return next((s for s in servers if s.holds(pid)), None)
+
+
 @dataclass(frozen=True, slots=True)
 class ServerUnload:
     """An unload through a server's API and what NVML showed after it."""
@@ -104,4 +111,4 @@ class ServerUnload:
 
     @property
     def ok(self) -> bool:
-        return self.outcome in (FREED, PENDING)
+        return self.outcome in (FREED, PENDING, RELOADED)

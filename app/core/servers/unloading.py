@@ -31,6 +31,7 @@ from app.core.servers.types import (
     NOT_FREED,
     PENDING,
     REFUSED,
+    RELOADED,
     ServerModel,
     ServerUnload,
 )
@@ -165,7 +166,7 @@ def reload(directory: ServerDirectory, pid: int, model_id: str) -> ServerUnload:
         return ServerUnload(found.pid, found.kind, model_id, FAILED, str(exc))
     if ack.accepted:
         directory.mark_offloaded(found.pid, model_id, False)
-    return ServerUnload(found.pid, found.kind, model_id, "reloaded" if ack.accepted else REFUSED,
+    return ServerUnload(found.pid, found.kind, model_id, RELOADED if ack.accepted else REFUSED,
                         ack.text)
 
 

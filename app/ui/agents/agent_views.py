@@ -34,10 +34,10 @@ from PySide6.QtWidgets import (
 from app.agent.protocol import RELOAD_GRACE_S
 from app.core.agents.types import AgentReport
 from app.core.control.requests import CollectGarbage, FreeCache, Terminate
-from app.core.control.server_actions import server_holding
 from app.core.diagnosis.agentless import install_commands
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
+from app.core.servers.types import holding
 from app.core.units import NA, fmt_bytes
 from app.ui.agents import detail_models as texts
 from app.ui.agents.detail_models import ModelControls
@@ -333,7 +333,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.setWindowTitle(f"{self._label} — details")
         self.command_label.setText(command)
         self.command_label.setToolTip(command)
-        server = server_holding(snapshot, pid)
+        server = holding(snapshot.servers, pid)
         self.server_view.set_server(server, snapshot, pending, last, can_act)
         cmd = install_commands(snapshot).get(pid)
         agentless = server is not None and report is None  # the server says what it holds

@@ -23,6 +23,7 @@ from app.core.servers.types import (
     NOT_FREED,
     PENDING,
     REFUSED,
+    RELOADED,
     ModelServer,
     ServerModel,
 )
@@ -30,7 +31,6 @@ from app.core.units import NA, fmt_bytes, fmt_duration, fmt_fraction
 
 #: Why a model's Unload is disabled while its server is generating.
 BUSY_TEXT = "generating now: it can be unloaded once it is idle"
-RELOADED = "reloaded"
 #: Ollama keeps a model loaded "forever" with a negative keep_alive: an expiry this far
 #: ahead is no timer.
 _FOREVER_S = 365 * 86400.0

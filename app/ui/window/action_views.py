@@ -19,9 +19,9 @@ from app.core.control.requests import (
     Request,
     Terminate,
 )
-from app.core.control.server_actions import server_holding
 from app.core.control.targets import label_of
 from app.core.monitor.samples import Snapshot
+from app.core.servers.types import holding
 from app.ui.agents.activity import ActivityEntry, reason_text
 from app.ui.agents.agent_actions import cache_details, cache_failed, cache_summary, panel_text
 from app.ui.agents.agent_views import ProcessDetailView
@@ -120,7 +120,7 @@ class ActionViews(TerminateViews):
         if view is None or view.pid is None:
             return
         # A model server's runner shows the server's actions (they are the server pid's).
-        server = server_holding(snapshot, view.pid)
+        server = holding(snapshot.servers, view.pid)
         pid = view.pid if server is None else server.pid
         pending: dict[str, ModelAction] = {}
         idle_pending = False
