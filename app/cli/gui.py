@@ -8,8 +8,12 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.cli.common import EXIT_FAILED, EXIT_NO_DISPLAY
+
+if TYPE_CHECKING:
+    from app.core.remote.host_config import HostConfig
 
 #: The ``--size`` range: a usable window up to an 8K screen.
 MIN_SIZE = (640, 400)
@@ -30,11 +34,34 @@ def cmd_gui(args: argparse.Namespace) -> int:
         if display is not None:
             print(display.line, file=sys.stderr)
             return EXIT_NO_DISPLAY
+    try:
+        hosts = given_hosts(args)
+    except ValueError as exc:
+        print(f"vram-steward: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     from app.ui.shell.application import run_gui
 
     return run_gui(demo=args.demo, period_s=args.period, screenshot=args.screenshot,
                    after_s=args.after, seed=args.seed, minimised=args.minimised,
-                   theme=args.theme, size=args.size, demo_size=args.demo_size)
+                   theme=args.theme, size=args.size, demo_size=args.demo_size, hosts=hosts)
+
+
+def given_hosts(args: argparse.Namespace) -> list[HostConfig]:
+    """The ``--host`` URLs, each with ``--token-file`` / ``--tls-ca`` (https)
+    or ``--remote-command`` (ssh); ValueError saying what is wrong."""
+    from app.core.remote.address import parse_address
+    from app.core.remote.host_config import HostConfig, check_host
+
+    out: list[HostConfig] = []
+    for url in args.hosts or ():
+        if args.demo:
+            raise ValueError("--demo and --host: the demo runs here; drop one of them")
+        ssh = parse_address(url).scheme == "ssh"
+        config = HostConfig(url, None if ssh else args.gui_token_file,
+                            args.gui_tls_ca if not ssh else None,
+                            args.gui_remote_command if ssh else None)
+        out.append(check_host(config, out))
+    return out
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +80,18 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=parse_size, default=None, metavar="WxH",
                         help="with --screenshot: the window's size in pixels, "
                              f"{MIN_SIZE[0]}x{MIN_SIZE[1]} to {MAX_SIZE[0]}x{MAX_SIZE[1]}")
+    hosts = parser.add_argument_group("remote hosts in the window")
+    hosts.add_argument("--host", dest="hosts", action="append", default=None, metavar="URL",
+                       help="also show this host (ssh://[user@]host[:port] or "
+                            "https://host:port), for this run; repeatable")
+    hosts.add_argument("--token-file", dest="gui_token_file", default=None, metavar="FILE",
+                       help="with --host https://…: a private file with the server's token")
+    hosts.add_argument("--tls-ca", dest="gui_tls_ca", default=None, metavar="FILE",
+                       help="with --host https://…: the certificate to trust (self-signed)")
+    hosts.add_argument("--remote-command", dest="gui_remote_command", default=None,
+                       metavar="COMMAND",
+                       help="with --host ssh://…: what starts VRAM Steward there "
+                            "(default: vram-steward)")
 
 
 def parse_size(text: str) -> tuple[int, int]:

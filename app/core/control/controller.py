@@ -20,7 +20,6 @@ is busy per pid (:mod:`app.core.control.terminate`).
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import logging
 import queue
 import time
@@ -62,9 +61,17 @@ from app.core.control.requests import (
     Terminate,
     Unload,
     UnloadIdle,
+    policy_config,
 )
 from app.core.control.server_actions import server_action
-from app.core.control.work import error_text, run_cache_action, run_model_action, run_record
+from app.core.control.work import (
+    DirectoryLike,
+    error_text,
+    resolve_directory,
+    run_cache_action,
+    run_model_action,
+    run_record,
+)
 from app.core.monitor.samples import Snapshot
 
 if TYPE_CHECKING:
@@ -72,7 +79,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DirectoryLike = AgentDirectory | Callable[[], AgentDirectory | None] | None
 PolicyGetter = Callable[[], "PolicyRunner | None"]
 
 STARTED = "started"
@@ -94,17 +100,6 @@ class Update:
 Listener = Callable[[Update], None]
 
 
-def resolve_directory(directory: DirectoryLike) -> AgentDirectory | None:
-    """The directory itself, or what a getter returns now (the source can change)."""
-    if directory is None or isinstance(directory, AgentDirectory):
-        return directory
-    try:
-        return directory()
-    except Exception:
-        log.exception("looking up the agent directory failed")
-        return None
-
-
 class AppController:
     """Verbs, busy set and before/after measurement for one agent directory.
 
@@ -119,8 +114,17 @@ class AppController:
                  policy_runner: PolicyGetter | None = None, timeout_s: float = 30.0,
                  model_timeout_s: float = 300.0, settle_s: float = 0.5,
                  wake: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, host: str = "",
+                 user: Callable[[], str | None] | None = None,
+                 run_terminate: Callable[[TerminateAction], TerminateResult] | None = None
+                 ) -> None:
+        """``host``, ``user``, ``run_terminate``: for a remote host's processes,
+        its key (stamped on every action), the user its server acts for, and
+        how a terminate is sent there."""
         self._directory = directory
+        self.host = host
+        self._user = user
+        self._terminate = run_terminate or terminate.run
         self._policy_runner = policy_runner
         self.timeout_s = timeout_s  # free cache, gc
         self.model_timeout_s = model_timeout_s  # unload, reload
@@ -211,7 +215,9 @@ class AppController:
         if isinstance(request, SetAutoUnload):
             return self._set_auto_unload(request)
         if isinstance(request, Terminate):  # needs no agent
-            action = terminate.check(self.latest, request, self.terminating())
+            user = self._user() if self._user is not None else None
+            action = terminate.check(self.latest, request, self.terminating(), user,
+                                     here=not self.host)
             self._start(action)
             return action
         if isinstance(request, RecordAllocations) and self.available:
@@ -331,6 +337,7 @@ class AppController:
     # -- running -------------------------------------------------------------------------------
     def _start(self, action: Action) -> None:
         directory = self.directory()
+        action.host = self.host
         self._running[action.id] = action
         self._ran_on[action.id] = directory
         self._notify(Update(STARTED, action))
@@ -364,7 +371,7 @@ class AppController:
     def _run_terminate(self, action: TerminateAction) -> None:
         answer: Any = None
         try:
-            answer = terminate.run(action)
+            answer = self._terminate(action)
         finally:
             self._post(FINISHED, action, answer)
 
@@ -487,13 +494,5 @@ class AppController:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def policy_config(settings: SetAutoUnload, base: Any) -> Any:
-    """``base`` (a PressurePolicyConfig) with the settings' values; fields the
-    settings do not have (``target``) are kept."""
-    names = {f.name for f in dataclasses.fields(base)}
-    values = dataclasses.asdict(settings)
-    return dataclasses.replace(base, **{k: v for k, v in values.items() if k in names})
-
-
 __all__ = ["FINISHED", "MEASURED", "PROGRESS", "STARTED", "AppController", "DirectoryLike",
-           "Listener", "Update", "policy_config", "resolve_directory"]
+           "Listener", "Update", "resolve_directory"]

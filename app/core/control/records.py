@@ -65,6 +65,7 @@ class CacheAction:
     released: dict[int, int | None] = field(default_factory=dict)  # NVML bytes released
     gpu_released: int | None = None
     snapshots_after: int = 0  # snapshots offered to measure() since the answer
+    host: str = ""  # the remote host it ran on ("" this machine; set when started)
 
     @classmethod
     def free(cls, pids: Any, snapshot: Snapshot | None, labels: dict[int, str] | None = None,
@@ -160,6 +161,7 @@ class ModelAction:
     gpu_released: int | None = None
     cache_after: int | None = None  # its allocator's cache in the same snapshot
     snapshots_after: int = 0  # snapshots offered to measure() since the answer
+    host: str = ""  # the remote host it ran on ("" this machine; set when started)
 
     @property
     def key(self) -> tuple[int, str | None]:
@@ -281,6 +283,7 @@ class TerminateAction:
     released: int | None = None  # its NVML bytes then, against the click (gone: all)
     gpu_released: int | None = None  # the GPUs' used bytes, summed
     snapshots_after: int = 0  # snapshots offered to measure() since the answer
+    host: str = ""  # the remote host it ran on ("" this machine; set when started)
 
     @property
     def key(self) -> tuple[int, float]:
@@ -343,6 +346,7 @@ class RecordAction:
     result: RecordResult | None = None
     done_at: float | None = None
 
+    host: str = ""  # the remote host it ran on ("" this machine; set when started)
     @property
     def done(self) -> bool:
         return self.done_at is not None

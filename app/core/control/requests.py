@@ -8,8 +8,10 @@ is answered with :class:`RequestError` (a typed reason, nothing changed).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,14 +25,16 @@ class FreeCache:
 
     pids: tuple[int, ...] = ()
     display_id: str | None = None
+    host: str = ""  # the remote host ``pids`` are on ("" this machine)
 
     @classmethod
-    def of(cls, pid: int) -> FreeCache:
-        return cls((pid,))
+    def of(cls, pid: int, host: str = "") -> FreeCache:
+        return cls((pid,), host=host)
 
     @classmethod
     def on_gpu(cls, display_id: str) -> FreeCache:
-        return cls((), display_id)
+        _, _, host = display_id.partition("@")
+        return cls((), display_id, host)
 
     @classmethod
     def everywhere(cls) -> FreeCache:
@@ -42,6 +46,7 @@ class CollectGarbage:
     """gc.collect() alone in process ``pid``."""
 
     pid: int
+    host: str = ""  # the remote host the process is on ("" this machine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,7 @@ class Unload:
     name: str | None = None  # for texts; the model id when None
     device: str | None = None  # the model's home device ("cuda:0"); looked up when None
     size: int | None = None  # bytes of parameters + buffers; looked up when None
+    host: str = ""  # the remote host the process is on ("" this machine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,7 @@ class Reload:
     model: str
     name: str | None = None
     device: str | None = None
+    host: str = ""  # the remote host the process is on ("" this machine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +83,7 @@ class Pin:
     model: str
     pinned: bool
     name: str | None = None
+    host: str = ""  # the remote host the process is on ("" this machine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,7 @@ class SetIdleUnload:
 
     pid: int
     seconds: float | None
+    host: str = ""  # the remote host the process is on ("" this machine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,7 @@ class Terminate:
     pid: int
     create_time: float | None = None
     grace_s: float = TERMINATE_GRACE_S
+    host: str = ""  # the remote host the process is on ("" this machine)
 
 
 #: The recording lengths the detail view offers; any length within the bounds is accepted.
@@ -137,6 +147,7 @@ class RecordAllocations:
     pid: int
     seconds: float
     max_entries: int | None = None
+    host: str = ""  # the remote host the process is on ("" this machine)
 
 
 Request = (FreeCache | CollectGarbage | Unload | Reload | Pin | SetIdleUnload | UnloadIdle
@@ -175,3 +186,11 @@ class RequestError(ValueError):
 __all__ = ["RECORD_MAX_S", "RECORD_SECONDS", "TERMINATE_GRACE_S", "CollectGarbage", "FreeCache",
            "Pin", "RecordAllocations", "Refusal", "Reload", "Request", "RequestError",
            "SetAutoUnload", "SetIdleUnload", "Terminate", "Unload", "UnloadIdle"]
+
+
+def policy_config(settings: SetAutoUnload, base: Any) -> Any:
+    """``base`` (a PressurePolicyConfig) with the settings' values; fields the
+    settings do not have (``target``) are kept."""
+    names = {f.name for f in dataclasses.fields(base)}
+    values = dataclasses.asdict(settings)
+    return dataclasses.replace(base, **{k: v for k, v in values.items() if k in names})

@@ -50,15 +50,16 @@ def current_user() -> str | None:
 
 
 def check(snapshot: Snapshot | None, req: Terminate, busy: set[int],
-          user: str | None = None) -> TerminateAction:
+          user: str | None = None, here: bool = True) -> TerminateAction:
     """The action ``req`` asks for, or RequestError saying why not (nothing sent).
 
-    ``busy``: pids a terminate is running on; ``user``: this app's user (default
-    :func:`current_user`)."""
+    ``busy``: pids a terminate is running on; ``user``: whose processes may be
+    terminated (default :func:`current_user`; on a remote host, the user its
+    server acts for); ``here``: the snapshot is this machine's."""
     if req.pid <= 1:
         raise RequestError(Refusal.PROTECTED, f"pid {req.pid} is the system's init: "
                            "it is never terminated")
-    if req.pid == os.getpid():
+    if here and req.pid == os.getpid():
         raise RequestError(Refusal.PROTECTED, "that is VRAM Steward itself")
     if snapshot is None:
         raise RequestError(Refusal.NO_SNAPSHOT, "no sample yet")
@@ -80,7 +81,7 @@ def check(snapshot: Snapshot | None, req: Terminate, busy: set[int],
     if req.create_time is not None and sample.create_time is not None \
             and abs(req.create_time - sample.create_time) > SAME_START_S:
         raise RequestError(Refusal.GONE, f"pid {req.pid} now belongs to another process")
-    me = current_user() if user is None else user
+    me = current_user() if user is None and here else user
     if sample.user is None:
         raise RequestError(Refusal.NOT_OWNED, f"{label}: its owner is not visible here "
                            f"(access denied): {ONLY_OWN}")

@@ -7,6 +7,7 @@ in on its owner's thread.  Errors are answers, never raised.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from app.core.control.records import (
     ModelAction,
     RecordAction,
 )
+
+log = logging.getLogger(__name__)
 
 NO_CONNECTION = "no agent connection"
 
@@ -107,3 +110,17 @@ def run_record(a: RecordAction, d: AgentDirectory | None) -> RecordResult:
 
 __all__ = ["NO_CONNECTION", "RECORD_MARGIN_S", "error_text", "run_cache_action",
            "run_model_action", "run_record"]
+
+
+DirectoryLike = AgentDirectory | Callable[[], AgentDirectory | None] | None
+
+
+def resolve_directory(directory: DirectoryLike) -> AgentDirectory | None:
+    """The directory itself, or what a getter returns now (the source can change)."""
+    if directory is None or isinstance(directory, AgentDirectory):
+        return directory
+    try:
+        return directory()
+    except Exception:
+        log.exception("looking up the agent directory failed")
+        return None

@@ -381,11 +381,21 @@ class History:
         self.gpus: dict[str, GpuHistory] = {}
 
     def add(self, snapshot: Snapshot) -> None:
-        for gpu in snapshot.gpus:
+        """This machine's GPUs, and each remote host's (``Snapshot.hosts``):
+        its stored history first, once, then each of its snapshots once."""
+        self._add(snapshot.gpus, snapshot.monotonic)
+        for view in snapshot.hosts:
+            if view.seed is not None:
+                self.seed(view.seed)
+            if view.fresh and view.snapshot is not None:
+                self._add(view.snapshot.gpus, view.snapshot.monotonic)
+
+    def _add(self, gpus: tuple[GpuSample, ...], now: float) -> None:
+        for gpu in gpus:
             hist = self.gpus.get(gpu.display_id)
             if hist is None:
                 hist = self.gpus[gpu.display_id] = GpuHistory(self.config)
-            hist.add(gpu, snapshot.monotonic)
+            hist.add(gpu, now)
 
     def seed(self, stored: StoredHistory, offset_s: float | None = None) -> None:
         """Open with stored history: each GPU not yet sampled gets its stored

@@ -114,7 +114,9 @@ class GpuSample:
     # Per-field reasons for n/a values, e.g. {"processes": "n/a (WDDM)"}.
     notes: dict[str, str] = field(default_factory=dict)
     mig_index: int | None = None  # set for MIG devices
-    display_id: str = ""  # "0", "0/mig1": stable key for history and UI
+    display_id: str = ""  # "0", "0/mig1": stable key for history and UI ("0@gpu1" remote)
+    #: The remote host it is on ("" for this machine; app.core.monitor.hosts).
+    host: str = ""
 
     def __post_init__(self) -> None:
         if not self.display_id:
@@ -175,3 +177,6 @@ class Snapshot:
     # Every model server recognised on the host, with what its API says it holds
     # (app.core.servers.types.ModelServer).
     servers: tuple[Any, ...] = ()
+    # The remote hosts the window watches (app.core.monitor.hosts.HostView), each
+    # with its own snapshot; never on the wire.
+    hosts: tuple[Any, ...] = ()

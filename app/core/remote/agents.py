@@ -4,6 +4,7 @@ the process), so the views above work unchanged on a remote host."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from app.core.agents.directory import AgentDirectory
@@ -15,11 +16,18 @@ from app.core.remote.source import RemoteSource
 
 
 class RemoteAgents(AgentDirectory):
-    def __init__(self, client: RemoteClient, source: RemoteSource | None = None) -> None:
-        """``source``: the reports come from its stream (no I/O); without one,
-        ``reports()`` and ``entries()`` ask the server."""
-        self.client = client
+    def __init__(self, client: RemoteClient | Callable[[], RemoteClient],
+                 source: RemoteSource | None = None) -> None:
+        """``client``: the client, or what returns the current one (raising
+        RemoteError while there is none).  ``source``: the reports come from
+        its stream (no I/O); without one, ``reports()`` and ``entries()`` ask
+        the server."""
+        self._client_of = (lambda: client) if isinstance(client, RemoteClient) else client
         self.source = source
+
+    @property
+    def client(self) -> RemoteClient:
+        return self._client_of()
 
     def reports(self) -> dict[int, AgentReport]:
         """From the source's stream (no I/O); without a source, asked now."""

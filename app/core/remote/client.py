@@ -3,7 +3,7 @@ remote agent directory use, whatever the transport."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from app.core.agents.recording import RecordResult
@@ -55,12 +55,15 @@ class RemoteClient:
         except WireError as exc:
             raise _wire_error(self.url, exc) from None
 
-    def snapshots(self) -> Iterator[Snapshot]:
+    def snapshots(self, on_frame: Callable[[], None] | None = None) -> Iterator[Snapshot]:
         """Every new snapshot, as the server makes them (a ``full`` frame, then
-        patches); RemoteUnavailable when the stream ends."""
+        patches); RemoteUnavailable when the stream ends.  ``on_frame`` is
+        called for every frame, pings included (the heartbeat)."""
         encoded: dict[str, Any] | None = None
         seq = None
         for frame in self.transport.frames():
+            if on_frame is not None:
+                on_frame()
             kind = frame.get("type")
             try:
                 if kind == "full":
@@ -86,11 +89,11 @@ class RemoteClient:
             out.append((entry, report, item.get("error")))
         return out
 
-    def history(self, since_s: float, pid: int | None = None,
-                gpu: int | None = None) -> list[dict[str, Any]]:
+    def history(self, since_s: float, pid: int | None = None, gpu: int | None = None,
+                timeout_s: float = 60.0) -> list[dict[str, Any]]:
         params = {"since_s": since_s, "pid": pid, "gpu": gpu}
         result: list[dict[str, Any]] = self.transport.call(
-            "history", {k: v for k, v in params.items() if v is not None}, 60.0)
+            "history", {k: v for k, v in params.items() if v is not None}, timeout_s)
         return result
 
     def doctor(self, pid: int | None = None) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class ServerApi:
     # -- reads ------------------------------------------------------------------
     def _hello(self, p: Params, caller: Caller) -> dict[str, Any]:
         return {"app": __version__, "host": socket.gethostname(), "user": caller.user,
-                "scopes": sorted(caller.scopes), "via": caller.via}
+                "scopes": sorted(caller.scopes), "via": caller.via, "time": time.time()}
 
     def _snapshot(self, p: Params, caller: Caller) -> dict[str, Any]:
         state = self._first_tick()

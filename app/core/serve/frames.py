@@ -17,8 +17,11 @@ from app.core.serve.state import ServeState
 from app.core.wire.delta import diff
 from app.core.wire.snapshot import WIRE_VERSION, encode_snapshot
 
-#: Seconds a stream waits for a tick before it sends a ``ping`` (dead peers show up).
+#: How long a connection may stay silent before a side gives up on it.
 KEEPALIVE_S = 15.0
+#: Seconds a stream waits for a tick before it sends a ``ping``: a client
+#: hears something at least this often, so silence means a stuck host.
+PING_S = 2.0
 
 
 def line(data: dict[str, Any]) -> bytes:

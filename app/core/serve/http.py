@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from app import __version__
 from app.core.serve.access import ANONYMOUS, READ, AccessError, Caller, Grant, find_grant
 from app.core.serve.api import ServerApi
-from app.core.serve.frames import KEEPALIVE_S, Frames, StreamWriter
+from app.core.serve.frames import KEEPALIVE_S, PING_S, Frames, StreamWriter
 from app.core.serve.limits import RateLimiter
 from app.core.serve.params import ApiError, wire_refusal
 from app.core.wire.snapshot import WIRE_VERSION
@@ -278,4 +278,4 @@ class _Handler(BaseHTTPRequestHandler):
             if data is not None:
                 self.wfile.write(data)
                 self.wfile.flush()
-            state = engine.wait_newer(writer.seq, KEEPALIVE_S)
+            state = engine.wait_newer(writer.seq, PING_S)

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from app.core.serve.access import CONTROL, READ, Caller, own_user
 from app.core.serve.api import ServerApi
-from app.core.serve.frames import KEEPALIVE_S, Frames, StreamWriter, line
+from app.core.serve.frames import PING_S, Frames, StreamWriter, line
 from app.core.serve.params import ApiError, wire_refusal
 from app.core.wire.snapshot import WIRE_VERSION
 
@@ -129,7 +129,7 @@ class StdioServer:
                 data = writer.next_bytes(state)
                 if data is not None:
                     self._write(data)
-                state = engine.wait_newer(writer.seq, KEEPALIVE_S)
+                state = engine.wait_newer(writer.seq, PING_S)
         except (BrokenPipeError, ConnectionError, ValueError, OSError):
             self.closed.set()
 

@@ -12,12 +12,13 @@ ignored when read back: the decoder computes them again.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from app.core.agents.events import DecisionUpdate, ModelEventRecord
 from app.core.agents.types import AgentReport, ModelEvent
 from app.core.diagnosis.types import Diagnosis, OomReport
-from app.core.monitor.samples import Snapshot
+from app.core.monitor.samples import GpuSample, Snapshot
 from app.core.policies.pressure import PolicyDecision
 from app.core.servers.types import ModelServer
 from app.core.wire.codec import Decoder, WireError, encode
@@ -37,6 +38,10 @@ _DECODER = Decoder(
     },
     names={"PolicyDecision": PolicyDecision, "ModelEvent": ModelEvent,
            "AgentReport": AgentReport, "Snapshot": Snapshot})
+
+
+#: Fields that never travel: the window's own view of other hosts.
+LOCAL_ONLY = frozenset({(Snapshot, "hosts"), (GpuSample, "host")})
 
 
 class WireVersionError(WireError):
@@ -60,9 +65,13 @@ def check_version(data: Any, who: str = "the server") -> None:
 def encode_snapshot(snapshot: Snapshot) -> dict[str, Any]:
     """The snapshot as JSON-ready data, versioned."""
     data: dict[str, Any] = {"wire": WIRE_VERSION}
+    if snapshot.hosts:  # the window's view of other hosts: theirs to say
+        snapshot = dataclasses.replace(snapshot, hosts=())
     data.update(encode(snapshot))
+    data.pop("hosts", None)
     for gpu, out in zip(snapshot.gpus, data["gpus"], strict=True):
         out["unattributed_memory"] = gpu.unattributed_memory
+        out.pop("host", None)
     return data
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from app.agent.protocol import IDLE_UNLOAD_MAX_S, IDLE_UNLOAD_MIN_S
 from app.core.policies.thresholds import ALERT_AT, REARM_AT
+from app.core.remote.address import parse_address
+from app.core.remote.host_config import MAX_HOSTS, HostConfig
 from app.core.store.tiers import Retention
 
 THEMES = ("system", "light", "dark")
@@ -198,6 +200,8 @@ class UiSettings:
     markers_per_gpu: int = 200
     #: Entries kept in the Activity log.
     activity_rows: int = 500
+    #: The remote hosts the window watches ("Hosts…"), in the order shown.
+    hosts: tuple[HostConfig, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -247,8 +251,28 @@ class UiSettings:
                                   lambda v: int(_num(v, d.markers_per_gpu, 10, 10000))),
             activity_rows=value("activity_rows",
                                 lambda v: int(_num(v, d.activity_rows, 50, 100000))),
+            hosts=value("hosts", _hosts),
         )
         return settings, failed
+
+
+def _hosts(value: Any) -> tuple[HostConfig, ...]:
+    """The hosts kept, each a JSON object; one whose address cannot be read is
+    an error (the whole list keeps its default rather than losing one silently)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError("hosts: not a list")
+    out: list[HostConfig] = []
+    for item in value[:MAX_HOSTS]:
+        if not isinstance(item, dict) or not isinstance(item.get("url"), str):
+            raise ValueError("hosts: an entry without a url")
+        texts = {k: item.get(k) if isinstance(item.get(k), str) and item.get(k) else None
+                 for k in ("token_file", "ca_file", "remote_command")}
+        config = HostConfig(parse_address(item["url"]).url, **texts)
+        if all(o.url != config.url for o in out):
+            out.append(config)
+    return tuple(out)
 
 
 __all__ = ["AlertSettings", "AutoUnloadSettings", "GpuAlertLevels", "StoredHistorySettings",

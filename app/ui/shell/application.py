@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from app.core.monitor.history import History
     from app.core.monitor.source import GpuSource
+    from app.core.remote.host_config import HostConfig
     from app.core.store.recorder import HistoryRecorder
     from app.ui.settings.store import SettingsStore
     from app.ui.settings.values import UiSettings
@@ -61,18 +62,23 @@ def _source_factory(demo: bool, seed: int, size: tuple[int, int] | None = None
 def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str | None = None,
             after_s: float = 2.0, seed: int = 7, minimised: bool = False,
             theme: str | None = None, size: tuple[int, int] | None = None,
-            demo_size: tuple[int, int] | None = None) -> int:
+            demo_size: tuple[int, int] | None = None,
+            hosts: Sequence[HostConfig] = ()) -> int:
     """The app.  ``period_s`` and ``theme`` override the saved settings for this run
     only; ``screenshot`` renders offscreen at ``size`` (width, height), reads the
     settings but never writes them, and runs beside an open instance instead of
-    raising it.  ``demo_size`` (GPUs, processes per GPU) scales the demo."""
+    raising it.  ``demo_size`` (GPUs, processes per GPU) scales the demo.
+    ``hosts``: remote hosts watched for this run, beside the saved ones (the
+    demo watches none: it tells its own story)."""
     started = time.perf_counter()
     if screenshot:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     from PySide6.QtWidgets import QApplication
 
     from app.core.control.controller import AppController
+    from app.core.control.hosts import HostControllers
     from app.core.monitor.history import History, HistoryConfig
+    from app.core.remote.fleet import Fleet
     from app.ui.settings.store import SettingsStore
     from app.ui.shell.controller import ControllerAdapter
     from app.ui.shell.qt_compat import guard_singleton_refcounts
@@ -113,10 +119,14 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     # The stored history: read on the sampler thread before its first tick, written
     # by the recorder's own thread; none for the demo or a screenshot (see _history_store).
     recorder, load_history = _history_store(settings, history, enabled=not (demo or screenshot))
+    # Remote hosts: each on a thread of its own; every snapshot carries their views.
+    fleet = Fleet(watched_hosts(settings.hosts, hosts) if not demo else ())
     sampler = Sampler(_source_factory(demo, seed, demo_size), period_s, recorder=recorder,
-                      load_history=load_history)
-    controller = ControllerAdapter(AppController(lambda: sampler.agents))
+                      load_history=load_history, fleet=fleet)
+    controller = ControllerAdapter(HostControllers(AppController(lambda: sampler.agents),
+                                                   fleet.directory))
     window = MainWindow(history, settings=settings, controller=controller)
+    window.cli_hosts = tuple(hosts)
     if store.notice:  # values of the settings file that could not be read: defaults used
         window.show_notice(store.notice)
     sampler.history_loaded.connect(lambda stored: _seed(window, stored, recorder))
@@ -161,6 +171,13 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
         sys.stderr.flush()
         os._exit(rc)
     return rc
+
+
+def watched_hosts(saved: Sequence[HostConfig], given: Sequence[HostConfig]
+                  ) -> list[HostConfig]:
+    """The saved hosts, then those given for this run that are not saved."""
+    urls = {h.url for h in saved}
+    return [*saved, *(h for h in given if h.url not in urls)]
 
 
 def _history_store(settings: UiSettings, history: History, enabled: bool

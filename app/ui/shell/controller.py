@@ -2,9 +2,11 @@
 
 :class:`ControllerAdapter` wraps one :class:`~app.core.control.controller.AppController`
 (made by the GUI entry point and shared by the window, the detail view, the tray
-and notifications).  The controller's workers call ``wake`` on their own
-thread; the adapter turns that into a queued call of ``poll`` on the GUI
-thread, where the records are filled in and the signals below emitted.
+and notifications), with one more controller per remote host
+(:class:`~app.core.control.hosts.HostControllers`).  The controller's
+workers call ``wake`` on their own thread; the adapter turns that into a
+queued call of ``poll`` on the GUI thread, where the records are filled in
+and the signals below emitted.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from app.core.control.controller import (
     AppController,
     Update,
 )
+from app.core.control.hosts import HostControllers
 from app.core.control.records import ModelAction, RecordAction
 from app.core.control.requests import Request, RequestError
 from app.core.monitor.samples import Snapshot
@@ -42,10 +45,13 @@ class ControllerAdapter(QObject):
     recorded = Signal(object)  # RecordAction
     _woken = Signal()
 
-    def __init__(self, core: AppController | None = None, parent: QObject | None = None
-                 ) -> None:
+    def __init__(self, core: AppController | HostControllers | None = None,
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.core = core if core is not None else AppController(None)
+        if not isinstance(core, HostControllers):
+            core = HostControllers(core if core is not None else AppController(None))
+        #: Every host's controller: requests go to the one their ``host`` names.
+        self.core = core
         self._woken.connect(self._poll, Qt.ConnectionType.QueuedConnection)
         self.core.set_wake(self._wake)
         self.core.subscribe(self._relay)
@@ -65,14 +71,14 @@ class ControllerAdapter(QObject):
     def available(self) -> bool:
         return self.core.available
 
-    def busy_pids(self) -> set[int]:
-        return self.core.busy_pids()
+    def busy_pids(self, host: str = "") -> set[int]:
+        return self.core.busy_pids(host)
 
-    def pending_models(self, pid: int) -> list[ModelAction]:
-        return self.core.pending_models(pid)
+    def pending_models(self, pid: int, host: str = "") -> list[ModelAction]:
+        return self.core.pending_models(pid, host)
 
-    def last_model_actions(self, pid: int) -> dict[str, ModelAction]:
-        return self.core.last_model_actions(pid)
+    def last_model_actions(self, pid: int, host: str = "") -> dict[str, ModelAction]:
+        return self.core.last_model_actions(pid, host)
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self.core.on_snapshot(snapshot)

@@ -13,6 +13,7 @@ GPU falling off the bus) can delay samples but never freeze the window.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from app.core.monitor.collector import Collector, default_agents_for
 from app.core.monitor.source import GpuSource
 from app.core.paths import state_notice
 from app.core.policies.pressure import PolicyRunner
+from app.core.remote.fleet import Fleet
 from app.core.store.recorder import HistoryRecorder
 
 log = logging.getLogger(__name__)
@@ -53,8 +55,10 @@ class _Worker(QObject):
     def __init__(self, period_s: float, agents_for: AgentsFactory,
                  publish_agents: Callable[[AgentDirectory | None, PolicyRunner | None], None],
                  recorder: HistoryRecorder | None = None,
-                 load_history: HistoryLoader | None = None) -> None:
+                 load_history: HistoryLoader | None = None, fleet: Fleet | None = None
+                 ) -> None:
         super().__init__()
+        self._fleet = fleet
         self._recorder = recorder
         self._load_history = load_history
         self._period_s = period_s
@@ -113,6 +117,8 @@ class _Worker(QObject):
         snapshot = self._collector.collect()
         if self._recorder is not None:
             self._recorder.observe(snapshot)  # queues it: the writer thread does the I/O
+        if self._fleet is not None:  # what each host's own thread received: no I/O here
+            snapshot = dataclasses.replace(snapshot, hosts=self._fleet.views())
         self.snapshot_ready.emit(snapshot)
         self._tell_notices()
 
@@ -166,8 +172,11 @@ class Sampler(QObject):
     def __init__(self, factory: SourceFactory, period_s: float = DEFAULT_PERIOD_S,
                  parent: QObject | None = None, agents_for: AgentsFactory | None = None,
                  recorder: HistoryRecorder | None = None,
-                 load_history: HistoryLoader | None = None) -> None:
+                 load_history: HistoryLoader | None = None, fleet: Fleet | None = None
+                 ) -> None:
+        """``fleet``: the remote hosts whose views each snapshot carries."""
         super().__init__(parent)
+        self.fleet = fleet
         self.period_s = clamp_period(period_s)
         self.source_name = ""
         self._factory = factory
@@ -177,7 +186,7 @@ class Sampler(QObject):
         self._thread = QThread()
         self._thread.setObjectName("vram-steward-sampler")
         self._worker = _Worker(self.period_s, agents_for or default_agents_for, self._set_agents,
-                               recorder, load_history)
+                               recorder, load_history, fleet)
         self._worker.moveToThread(self._thread)
         self._worker.history_loaded.connect(self._forward_history,
                                             Qt.ConnectionType.QueuedConnection)
@@ -194,6 +203,8 @@ class Sampler(QObject):
         if self._started:
             return
         self._started = True
+        if self.fleet is not None:
+            self.fleet.start()
         self._thread.start()
         self._use_source.emit(self._factory)
 
@@ -214,6 +225,8 @@ class Sampler(QObject):
         if not self._started:
             return True
         self._started = False
+        if self.fleet is not None:
+            self.fleet.close()
         self._finish.emit()
         finished = self._thread.wait(timeout_ms)
         if not finished:

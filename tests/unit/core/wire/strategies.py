@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from app.core.wire.snapshot import field_types
+from app.core.wire.snapshot import LOCAL_ONLY, field_types
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.text(max_size=6)
@@ -52,7 +52,7 @@ def of(tp: Any) -> st.SearchStrategy[Any]:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return st.sampled_from(list(tp))
     if isinstance(tp, type) and (dataclasses.is_dataclass(tp) or hasattr(tp, "_fields")):
-        hints = field_types(tp)
+        hints = field_types(tp)  # the window's local-only fields keep their defaults
         return st.builds(tp, **{name: st.deferred(lambda h=h: of(h))
-                                for name, h in hints.items()})
+                                for name, h in hints.items() if (tp, name) not in LOCAL_ONLY})
     raise TypeError(f"no strategy for {tp!r}")

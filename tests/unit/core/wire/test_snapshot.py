@@ -98,3 +98,17 @@ def test_keys_a_newer_server_adds_are_ignored():
     data = encode_snapshot(Snapshot(0.0, 0.0, "nvml", None, ()))
     data["something_new"] = {"a": 1}
     assert decode_snapshot(data) == Snapshot(0.0, 0.0, "nvml", None, ())
+
+
+def test_the_windows_view_of_other_hosts_never_travels():
+    from app.core.monitor.hosts import CONNECTED, HostView, qualify_gpu
+
+    remote = qualify_gpu(GpuSample(0, "GPU", "GPU-2", 24_000 * MiB, 1 * MiB, None), "gpu1")
+    view = HostView("gpu1", "ssh://gpu1", CONNECTED,
+                    snapshot=Snapshot(1.0, 1.0, "nvml", None, (remote,)))
+    local = GpuSample(0, "GPU", "GPU-1", 24_000 * MiB, 10 * MiB, None, host="")
+    data = through_json(encode_snapshot(Snapshot(1.5, 2.0, "nvml", "580.1", (local,),
+                                                 hosts=(view,))))
+    assert "hosts" not in data and "host" not in data["gpus"][0]
+    assert decode_snapshot(data) == Snapshot(1.5, 2.0, "nvml", "580.1", (local,))
+    assert "host" not in encode_snapshot(Snapshot(1.0, 1.0, "x", None, (remote,)))["gpus"][0]
