@@ -14,31 +14,28 @@ libnvidia-ml (its variables exported inside the remote command).  Asserted:
 * a key the server does not know, and a remote command that does not exist,
   end in one clear line on stderr and exit status 2, no traceback.
 
-Needs root (sshd, and a login as root), sshd, ssh and ssh-keygen; makes
-``/run/sshd`` when missing, as the openssh-server service does.
+Needs root (sshd, and a login as root), sshd, ssh and ssh-keygen
+(``tests.e2e.sshd``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from tests.e2e import remote_world as rw
+from tests.e2e import sshd
 from tests.e2e.remote_world import Agent, Host, cli
+from tests.e2e.sshd import Sshd, keygen
 from tests.fakes.nvml_abi import FakeGpu, FakeNvml, FakeProcess, Helpers
-from tests.fakes.processes import end, wait_for
+from tests.fakes.processes import wait_for
 
-SSHD = "/usr/sbin/sshd"
 #: What a GPU and a process must show the same over SSH as here.
 GPU_KEYS = ("index", "name", "uuid", "memory_total", "memory_used", "memory_free",
             "memory_reserved", "utilization_gpu", "utilization_memory", "temperature",
@@ -47,78 +44,11 @@ PROCESS_KEYS = ("pid", "gpu_memory", "sm_util", "kind", "name", "user", "command
 
 
 def unavailable_reason() -> str | None:
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return "needs root: sshd runs on a loopback port and the test logs in as root"
-    for tool in (SSHD, shutil.which("ssh"), shutil.which("ssh-keygen")):
-        if not tool or not os.access(tool, os.X_OK):
-            return f"{tool or 'ssh/ssh-keygen'} is missing (packages openssh-server, " \
-                   "openssh-client)"
-    return rw.unavailable_reason()
+    return sshd.unavailable_reason() or rw.unavailable_reason()
 
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=unavailable_reason() or "")
-
-
-def keygen(path: str) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vst-test", "-f",
-                    path], check=True, capture_output=True, timeout=30)
-    return Path(path + ".pub").read_text().strip()
-
-
-class Sshd:
-    """``sshd -D -e`` on 127.0.0.1:PORT, letting in one key for root."""
-
-    def __init__(self) -> None:
-        self.folder = tempfile.mkdtemp(prefix="vst-sshd-")
-        # sshd's privilege separation folder, as the package's service makes it (and leaves it)
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        host_key = os.path.join(self.folder, "host_key")
-        host_pub = keygen(host_key)
-        self.key = os.path.join(self.folder, "client_key")
-        Path(self.folder, "authorized_keys").write_text(keygen(self.key) + "\n")
-        self.port = free_port()
-        config = Path(self.folder, "sshd_config")
-        config.write_text("\n".join([
-            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
-            f"AuthorizedKeysFile {self.folder}/authorized_keys", "PidFile none",
-            "UsePAM no", "StrictModes no", "PermitRootLogin prohibit-password",
-            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UseDNS no",
-            "PrintMotd no", "LogLevel VERBOSE"]) + "\n")
-        Path(self.folder, "known_hosts").write_text(f"[127.0.0.1]:{self.port} {host_pub}\n")
-        self.log = open(os.path.join(self.folder, "sshd.log"), "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)],
-                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
-        try:
-            wait_for("sshd to listen", self._listening, timeout=15, every=0.05)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _listening(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"sshd exited: {Path(self.log.name).read_text()}")
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", self.port)) == 0
-
-    def client_config(self, key: str | None = None, name: str = "ssh_config") -> str:
-        path = os.path.join(self.folder, name)
-        Path(path).write_text("\n".join([
-            "Host *", f"  IdentityFile {key or self.key}", "  IdentitiesOnly yes",
-            f"  UserKnownHostsFile {self.folder}/known_hosts", "  StrictHostKeyChecking yes",
-            "  GlobalKnownHostsFile /dev/null", "  LogLevel ERROR"]) + "\n")
-        return path
-
-    def stop(self) -> None:
-        end(self.proc)
-        self.log.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -48,9 +48,6 @@ class HostControllers:
         self.latest: Snapshot | None = None
 
     # -- wiring ---------------------------------------------------------------------
-    def set_directory_of(self, directory_of: DirectoryOf | None) -> None:
-        self._directory_of = directory_of
-
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
         for ctl in self.controllers():

@@ -14,6 +14,12 @@ process.  Counts seen the first time are a baseline, not news.  A "full soon"
 alert fires once per episode of the doctor's ``full_soon`` diagnosis (the
 doctor applies the forecast's hysteresis); during a pause it waits, and
 fires when the pause ends if the episode still holds.
+
+Remote hosts' GPUs and processes are watched as this machine's are, with
+their current figures only (``live_gpus``: a disconnected host's last
+figures never raise an alert); each alert names its host (``Alert.host``,
+its title starts "gpu1 · ") and a process is (host, pid), its figures
+looked up in its host's own snapshot.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.monitor.hosts import LOCAL, live_gpus, split_id
 from app.core.monitor.naming import short_name
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.core.policies.reservations import level_beside, reserved_on
@@ -69,6 +76,7 @@ class Alert:
     count: int | None = None  # OOMs or retries so far
     time: float = 0.0  # snapshot monotonic seconds
     seconds_to_full: float | None = None  # full_soon alerts
+    host: str = LOCAL  # the host the GPU or process is on ("" : this machine)
 
 
 @dataclass(slots=True)
@@ -105,7 +113,7 @@ class AlertPolicy:
     config: AlertConfig = field(default_factory=AlertConfig)
     per_gpu: dict[str, AlertConfig] = field(default_factory=dict)  # display_id -> override
     _gpus: dict[str, _GpuState] = field(default_factory=dict)
-    _procs: dict[int, _ProcessState] = field(default_factory=dict)  # by pid
+    _procs: dict[tuple[str, int], _ProcessState] = field(default_factory=dict)  # (host, pid)
     _full_soon: set[str] = field(default_factory=set)  # GPUs whose episode has been alerted
     _paused_until: float | None = None
 
@@ -134,21 +142,26 @@ class AlertPolicy:
         now = snapshot.monotonic
         quiet = self.paused(now)
         alerts: list[Alert] = []
-        for gpu in snapshot.gpus:
-            alert = self._memory(gpu, snapshot, now, quiet)
+        own = _live_snapshots(snapshot)
+        for host, gpu in live_gpus(snapshot):
+            alert = self._memory(gpu, own[host], now, quiet, host)
             if alert is not None:
                 alerts.append(alert)
-        alerts.extend(self._process_alerts(snapshot, now, quiet))
-        alerts.extend(self._full_soon_alerts(snapshot, now, quiet))
+        for key in [k for k in self._procs if k[0] not in own and k[0] not in _stale(snapshot)]:
+            del self._procs[key]  # a host no longer watched: forget its processes
+        for host, theirs in own.items():
+            alerts.extend(self._process_alerts(theirs, now, quiet, host))
+        alerts.extend(self._full_soon_alerts(own, now, quiet))
         return alerts
 
-    def _full_soon_alerts(self, snapshot: Snapshot, now: float, quiet: bool) -> list[Alert]:
-        found = {d.gpu: d for d in snapshot.diagnoses
+    def _full_soon_alerts(self, own: dict[str, Snapshot], now: float,
+                          quiet: bool) -> list[Alert]:
+        found = {d.gpu: (host, d) for host, theirs in own.items() for d in theirs.diagnoses
                  if getattr(d, "kind", None) == "full_soon" and d.gpu is not None}
         self._full_soon &= set(found)  # an episode that ended may alert again next time
         alerts: list[Alert] = []
-        gpus = {g.display_id: g for g in snapshot.gpus}
-        for display_id, diag in found.items():
+        gpus = {g.display_id: g for theirs in own.values() for g in theirs.gpus}
+        for display_id, (host, diag) in found.items():
             cfg = self.config_for(display_id)
             if display_id in self._full_soon or quiet or not cfg.enabled \
                     or not cfg.full_soon_alerts:
@@ -157,15 +170,17 @@ class AlertPolicy:
             gpu = gpus.get(display_id)
             eta = diag.figures.get("seconds_to_full")
             alerts.append(Alert(
-                "full_soon", display_id, diag.title, " ".join((*diag.evidence[1:3],)),
+                "full_soon", display_id, on_host(host, diag.title),
+                " ".join((*diag.evidence[1:3],)),
                 level=gpu.memory_fraction if gpu else None,
                 used=gpu.memory_used if gpu else None, total=gpu.memory_total if gpu else None,
                 pid=diag.pid, time=now,
-                seconds_to_full=float(eta) if isinstance(eta, (int, float)) else None))
+                seconds_to_full=float(eta) if isinstance(eta, (int, float)) else None,
+                host=host))
         return alerts
 
     def _memory(self, gpu: GpuSample, snapshot: Snapshot, now: float,
-                quiet: bool) -> Alert | None:
+                quiet: bool, host: str = LOCAL) -> Alert | None:
         cfg = self.config_for(gpu.display_id)
         state = self._gpus.setdefault(gpu.display_id, _GpuState())
         level = gpu.memory_fraction
@@ -186,7 +201,8 @@ class AlertPolicy:
         top = tuple(TopProcess(p.pid, short_name(p), p.gpu_memory) for p in sorted(
             gpu.processes, key=lambda p: -(p.gpu_memory or 0))[:3])
         freeable = _freeable(gpu, snapshot.agents)
-        title = f"GPU {gpu.display_id} at {level * 100:.0f} % of its memory"
+        title = on_host(host, f"GPU {split_id(gpu.display_id)[1]} at {level * 100:.0f} % "
+                        "of its memory")
         parts = [f"{gpu.name}: {fmt_bytes(gpu.memory_used)} of {fmt_bytes(gpu.memory_total)} used."]
         if reserved is not None:
             title += " beside a server's reservation"
@@ -198,19 +214,21 @@ class AlertPolicy:
             parts.append(f"Free cache could release about {fmt_bytes(freeable)}.")
         return Alert("memory", gpu.display_id, title, " ".join(parts), level=level,
                      used=gpu.memory_used, total=gpu.memory_total, top=top, freeable=freeable,
-                     time=now)
+                     time=now, host=host)
 
-    def _process_alerts(self, snapshot: Snapshot, now: float, quiet: bool) -> list[Alert]:
+    def _process_alerts(self, snapshot: Snapshot, now: float, quiet: bool,
+                        host: str = LOCAL) -> list[Alert]:
+        """``snapshot``: ``host``'s own (its pids are that host's)."""
         cfg = self.config
         alerts: list[Alert] = []
-        if not snapshot.agents and not self._procs:
+        if not snapshot.agents and not any(k[0] == host for k in self._procs):
             return alerts
         where = {p.pid: (p, g.display_id) for g in snapshot.gpus for p in g.processes
                  if p.pid in snapshot.agents}
-        seen: set[int] = set()
+        seen: set[tuple[str, int]] = set()
         for pid, report in snapshot.agents.items():
-            seen.add(pid)
-            state = self._procs.setdefault(pid, _ProcessState())
+            seen.add((host, pid))
+            state = self._procs.setdefault((host, pid), _ProcessState())
             ooms = _total(d.num_ooms for d in report.devices)
             if report.oom_events is not None:
                 ooms = max(ooms or 0, report.oom_events)
@@ -221,20 +239,39 @@ class AlertPolicy:
                     and cfg.oom_alerts and not quiet):
                 state.ooms.last_alert = now
                 alerts.append(Alert(
-                    "oom", display_id, f"{name} ran out of GPU memory",
+                    "oom", display_id, on_host(host, f"{name} ran out of GPU memory"),
                     f"{name} ({pid}) hit CUDA out of memory ({ooms} so far).",
-                    pid=pid, count=ooms, time=now))
+                    pid=pid, count=ooms, time=now, host=host))
             if (state.retries.rose_and_due(retries, now, cfg.min_interval_s)
                     and cfg.retry_alerts and not quiet):
                 state.retries.last_alert = now
                 alerts.append(Alert(
-                    "alloc_retries", display_id, f"{name} is short of GPU memory",
+                    "alloc_retries", display_id, on_host(host, f"{name} is short of GPU memory"),
                     f"{name} ({pid}): the caching allocator had to free its cache and retry "
                     f"({retries} retries so far); an OOM may follow.",
-                    pid=pid, count=retries, time=now))
-        for key in [k for k in self._procs if k not in seen]:
+                    pid=pid, count=retries, time=now, host=host))
+        for key in [k for k in self._procs if k[0] == host and k not in seen]:
             del self._procs[key]  # the process left: forget it
         return alerts
+
+
+def on_host(host: str, text: str) -> str:
+    """``text`` naming its host: "gpu1 · GPU 0 at 92 % …"; this machine's as is."""
+    return f"{host} · {text}" if host else text
+
+
+def _live_snapshots(snapshot: Snapshot) -> dict[str, Snapshot]:
+    """This machine's snapshot and every connected host's, by host key."""
+    own = {LOCAL: snapshot}
+    for view in snapshot.hosts:
+        if view.connected and view.snapshot is not None:
+            own[view.key] = view.snapshot
+    return own
+
+
+def _stale(snapshot: Snapshot) -> set[str]:
+    """Hosts watched but not connected: their processes are kept, not judged."""
+    return {v.key for v in snapshot.hosts if not v.connected}
 
 
 def _freeable(gpu: GpuSample, agents: Any) -> int | None:

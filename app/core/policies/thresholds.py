@@ -15,3 +15,15 @@ from __future__ import annotations
 ALERT_AT = 0.90
 #: Fraction of total below which a policy that fired re-arms; below :data:`ALERT_AT`.
 REARM_AT = 0.85
+
+#: The bounds a pressure policy's settings are held to, wherever they are set:
+#: the window's Auto-unload settings (clamped) and a server's ``set_policy``
+#: (refused outside them).  The re-arm level stays at least one point below
+#: the threshold.
+POLICY_THRESHOLD_MIN = 0.10
+POLICY_THRESHOLD_MAX = 0.99
+POLICY_REARM_MIN = 0.05
+POLICY_REARM_MAX = 0.98
+POLICY_REARM_GAP = 0.01
+POLICY_MIN_IDLE_MAX_S = 7 * 86400.0
+POLICY_MIN_INTERVAL_MAX_S = 86400.0

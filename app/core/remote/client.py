@@ -12,6 +12,7 @@ from app.core.diagnosis.types import Diagnosis, OomReport
 from app.core.monitor.samples import Snapshot
 from app.core.remote.address import parse_address
 from app.core.remote.errors import RemoteError
+from app.core.remote.policy import POLICY_FIELDS, RemotePolicy
 from app.core.wire.codec import WireError
 from app.core.wire.delta import apply
 from app.core.wire.snapshot import WireVersionError, decode, decode_snapshot
@@ -101,7 +102,23 @@ class RemoteClient:
         return {**data, "diagnoses": self._typed(list[Diagnosis], data.get("diagnoses")),
                 "oom_reports": self._typed(list[OomReport], data.get("oom_reports"))}
 
+    def policy(self) -> RemotePolicy:
+        """The server's pressure policy, and whether this caller may change it."""
+        result: RemotePolicy = self._typed(RemotePolicy, self.transport.call("policy"))
+        return result
+
     # -- actions (the server checks the caller owns ``pid``) ----------------------
+    def set_policy(self, **changes: Any) -> RemotePolicy:
+        """Change the server's pressure policy (any of ``enabled``, ``threshold``,
+        ``rearm``, ``min_idle_s``, ``min_interval_s``; None: kept); the policy
+        as the server now runs it, or RemoteError with the server's refusal."""
+        unknown = sorted(set(changes) - set(POLICY_FIELDS))
+        if unknown:
+            raise TypeError(f"set_policy() got an unexpected keyword {unknown[0]!r}")
+        body = {k: v for k, v in changes.items() if v is not None}
+        result: RemotePolicy = self._typed(RemotePolicy, self.transport.call("set_policy", body))
+        return result
+
     def free_cache(self, pid: int, timeout_s: float) -> FreeCacheResult:
         return self._typed(FreeCacheResult, self._act("free_cache", pid, timeout_s))
 

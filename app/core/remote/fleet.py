@@ -4,7 +4,8 @@ one watchdog thread that checks their heartbeats once a second.
 ``views()`` is what the sampler thread adds to each local snapshot; it does
 no I/O.  Hosts are added and removed while running (the settings' "Add
 host…"): a removed host's thread is told to stop and its connection closed
-on a thread of its own.
+on a thread of its own.  A host's pressure policy is changed on its
+server (:meth:`Fleet.set_policy`, from a worker thread).
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from app.core.agents.directory import AgentDirectory
 from app.core.monitor.hosts import HostView
+from app.core.remote.errors import RemoteUnavailable
 from app.core.remote.host_config import HostConfig, unique_keys
 from app.core.remote.link import Connect, HostLink, connect
+from app.core.remote.policy import RemotePolicy
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,14 @@ class Fleet:
     def link(self, key: str) -> HostLink | None:
         with self._lock:
             return self._links.get(key)
+
+    def set_policy(self, key: str, **changes: Any) -> RemotePolicy:
+        """Change host ``key``'s pressure policy on its server (blocking: call it
+        from a worker thread); RemoteError with the server's refusal."""
+        link = self.link(key)
+        if link is None:
+            raise RemoteUnavailable(f"{key} is not watched any more")
+        return link.set_policy(**changes)
 
     # -- the watchdog ---------------------------------------------------------------
     def _watch(self) -> None:

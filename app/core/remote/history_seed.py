@@ -20,7 +20,7 @@ def stored_from_records(records: list[dict[str, Any]], host: str,
     """``records`` (oldest first) as stored history; ``clock_offset_s`` is
     added to every time (this machine's clock minus the host's)."""
     gpus: dict[str, dict[str, list[float]]] = {}
-    meta: dict[str, tuple[int | None, str | None]] = {}
+    meta: dict[str, tuple[int | None, Any, str | None]] = {}  # index, name, the host's id
     procs: dict[tuple[str, int, float | None], dict[str, Any]] = {}
     for rec in records:
         uuid = rec.get("gpu_uuid")
@@ -29,8 +29,11 @@ def stored_from_records(records: list[dict[str, Any]], host: str,
             continue
         t += clock_offset_s
         cols = gpus.setdefault(uuid, {"t": [], "used": [], "total": [], "util": []})
-        index = rec.get("gpu_index")
-        meta.setdefault(uuid, (index if isinstance(index, int) else None, rec.get("gpu_name")))
+        index, did = rec.get("gpu_index"), rec.get("display_id")
+        if not isinstance(did, str) or not did:  # a server that does not send it: the index
+            did = str(index) if isinstance(index, int) else None
+        meta.setdefault(uuid, (index if isinstance(index, int) else None, rec.get("gpu_name"),
+                               did))
         cols["t"].append(t)
         cols["used"].append(_num(rec.get("memory_used")))
         cols["total"].append(_num(rec.get("memory_total")))
@@ -47,8 +50,8 @@ def stored_from_records(records: list[dict[str, Any]], host: str,
             series["b"].append(_num(p.get("gpu_memory")))
     out_gpus = {}
     for uuid, cols in gpus.items():
-        index, name = meta[uuid]
-        did = qualified_id(str(index), host) if index is not None else None
+        index, name, own = meta[uuid]
+        did = qualified_id(own, host) if own is not None else None
         arrays = [np.asarray(cols[k], dtype=np.float64) for k in ("t", "used", "total", "util")]
         out_gpus[uuid] = GpuSeries(uuid, index, name if isinstance(name, str) else None,
                                    arrays[0], arrays[1], arrays[2], arrays[3], display_id=did)

@@ -31,7 +31,7 @@ class HttpTransport:
         self.token = token
         self.timeout_s = timeout_s
         self._context: ssl.SSLContext | None = None
-        self._streams: set[http.client.HTTPConnection] = set()
+        self._streams: set[socket.socket] = set()  # each stream's, to end it
         if address.scheme == "https":
             self._context = ssl.create_default_context(cafile=ca_file)
 
@@ -57,9 +57,13 @@ class HttpTransport:
         """The stream's frames, as they come; RemoteUnavailable when it ends."""
         wait_s = KEEPALIVE_S * 2 + self.timeout_s  # a ping comes every KEEPALIVE_S
         conn = self._connect(wait_s)
-        self._streams.add(conn)
+        sock = None
         try:
             with _Translate(self.url, wait_s):
+                conn.connect()
+                # Kept here: http.client lets go of it once the answer says "Connection: close".
+                sock = conn.sock
+                self._streams.add(sock)
                 conn.request("GET", "/api/v1/stream", headers=self._headers(
                     {"Accept-Encoding": "deflate"}))
                 resp = conn.getresponse()
@@ -77,13 +81,15 @@ class HttpTransport:
                     for raw in lines:
                         yield _frame(raw, self.url)
         finally:
-            self._streams.discard(conn)
+            if sock is not None:
+                self._streams.discard(sock)
             conn.close()
 
     def close(self) -> None:
-        """End the streams (calls hold nothing between them)."""
-        for conn in list(self._streams):
-            shut(conn)
+        """End the streams (calls hold nothing between them): a read blocked on
+        one returns (the heartbeat's way to end a silent connection)."""
+        for sock in list(self._streams):
+            _shut_socket(sock)
 
     # -- pieces -----------------------------------------------------------------
     def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
@@ -168,7 +174,13 @@ def shut(conn: http.client.HTTPConnection) -> None:
     """End ``conn``'s exchange from another thread: a read blocked on it returns."""
     sock = conn.sock
     if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        _shut_socket(sock)
+
+
+def _shut_socket(sock: socket.socket) -> None:
+    """Shut ``sock``'s connection under any TLS on it: ``SSLSocket.shutdown``
+    would also drop its TLS state under a reader still using it."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass

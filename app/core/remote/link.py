@@ -10,6 +10,10 @@ A stream that goes quiet without closing (a frozen VM, a dropped VPN) is
 caught by the heartbeat: a server sends a frame every tick and a ping at
 least every ``PING_S``; :meth:`HostLink.check_heartbeat` ends a connection
 silent for ``HEARTBEAT_S``, long before a TCP timeout would.
+
+The host's pressure policy is its server's: it is read after the hello and
+again after :meth:`HostLink.set_policy` changed it, and shown on the view
+(``HostView.policy``); nothing here runs a policy for the host's GPUs.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from app.core.remote.client import RemoteClient, open_client
 from app.core.remote.errors import RemoteError, RemoteUnavailable
 from app.core.remote.history_seed import stored_from_records
 from app.core.remote.host_config import HostConfig
+from app.core.remote.policy import RemotePolicy
 from app.core.serve.frames import PING_S
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,7 @@ class HostLink:
         self._decisions: list[Any] = []
         self._ooms: list[Any] = []
         self._seed: Any = None
+        self._policy: RemotePolicy | None = None
         self._heard = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"vram-steward-host-{key}")
@@ -122,7 +128,8 @@ class HostLink:
             self._fresh = False
             seed, self._seed = self._seed, None
             return HostView(self.key, self.config.url, self._state, self._since,
-                            self._reason, snapshot, self._name, self._user, fresh, seed)
+                            self._reason, snapshot, self._name, self._user, fresh, seed,
+                            self._policy)
 
     def latest(self) -> Snapshot | None:
         return self._latest
@@ -156,7 +163,7 @@ class HostLink:
     def _run(self) -> None:
         delay = RETRY_FIRST_S
         while not self._stop.is_set():
-            self._set_state(CONNECTING, None)
+            # Retries stay "disconnected since …", with the last reason, until one works.
             why = None
             try:
                 client = self._connect(self.config)
@@ -170,6 +177,7 @@ class HostLink:
                 with self._lock:
                     self._name = str(hello.get("host") or "") or None
                     self._user = str(hello.get("user") or "") or None
+                self._read_policy(client)
                 theirs = hello.get("time")
                 skew = (sent + now) / 2 - theirs if isinstance(theirs, (int, float)) else 0.0
                 self._read_seed(client, skew)
@@ -193,6 +201,7 @@ class HostLink:
             self._set_state(DISCONNECTED, stalled or why or "the connection ended")
             self._stop.wait(delay)
             delay = min(delay * 2, RETRY_MAX_S)
+        self._drop_client()  # one made while the link was closing is not left open
 
     def _read_seed(self, client: RemoteClient, skew_s: float) -> None:
         """The host's stored history, once per connection (none: graphs start
@@ -207,6 +216,29 @@ class HostLink:
             return
         with self._lock:
             self._seed = seed
+
+    def _read_policy(self, client: RemoteClient) -> None:
+        """The server's pressure policy (an older server without the verb: none known)."""
+        try:
+            policy: RemotePolicy | None = client.policy()
+        except RemoteUnavailable:
+            raise
+        except RemoteError as exc:
+            log.info("host %s: no pressure policy to show: %s", self.key, exc)
+            policy = None
+        with self._lock:
+            self._policy = policy
+
+    def set_policy(self, **changes: Any) -> RemotePolicy:
+        """Change the server's pressure policy and read it back (blocking: a
+        worker thread's call, never the GUI's); RemoteError with the server's
+        refusal, RemoteUnavailable while not connected."""
+        client = self.client()
+        client.set_policy(**changes)
+        policy = client.policy()
+        with self._lock:
+            self._policy = policy
+        return policy
 
     def _heard_now(self) -> None:
         self._heard = time.monotonic()

@@ -4,7 +4,9 @@ Reads (``read`` scope) answer from the engine's latest snapshot, the
 stored history and the stored OOM reports.  Actions (``control`` scope) go
 through the server's own agent directory, and only to a process of the
 caller's own user: the server checks the owner itself, whatever a client
-says.  Every action is logged with who asked and how it ended.
+says.  The pressure policy is read with ``policy`` and changed with
+``set_policy`` (``policy_verbs``: who may, and the bounds).  Every action is
+logged with who asked and how it ended.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from app.core.agents.directory import AgentDirectory
 from app.core.agents.types import AgentEntry, AgentReport
 from app.core.control import terminate
 from app.core.control.requests import RECORD_MAX_S, TERMINATE_GRACE_S, RequestError, Terminate
+from app.core.serve import policy_verbs
 from app.core.serve.access import ANONYMOUS, CONTROL, READ, Caller
 from app.core.serve.engine import ServeEngine
 from app.core.serve.params import ApiError, Params
@@ -32,9 +35,9 @@ from app.core.wire.snapshot import WIRE_VERSION, encode_snapshot
 
 audit = logging.getLogger("app.serve.audit")
 
-READ_METHODS = frozenset({"hello", "snapshot", "agents", "history", "doctor"})
+READ_METHODS = frozenset({"hello", "snapshot", "agents", "history", "doctor", "policy"})
 CONTROL_METHODS = frozenset({"free_cache", "collect_garbage", "unload", "reload", "pin",
-                             "set_idle_unload", "record", "terminate"})
+                             "set_idle_unload", "record", "terminate", "set_policy"})
 ACTION_TIMEOUT_S = 300.0
 #: How long ``agents`` waits for a fresh server's first poll of each agent.
 FIRST_POLL_WAIT_S = 3.0
@@ -45,14 +48,19 @@ class ServerApi:
     """One call: ``call(method, params, caller)`` → JSON-ready result, or ApiError."""
 
     def __init__(self, engine: ServeEngine, history_path: str | None = None,
-                 reports: Any = None, owner_of: Callable[[int], int | None] | None = None
-                 ) -> None:
+                 reports: Any = None, owner_of: Callable[[int], int | None] | None = None,
+                 every_user: bool | None = None) -> None:
+        """``every_user``: the server reads every user's agents (the system
+        service; None: as its agent directory says)."""
         self.engine = engine
         self.directory: AgentDirectory | None = engine.agents
         self.history_path = history_path
         self.reports = reports  # ReportStore | None
         self._owner_of = owner_of or process_owner
         self._terminating: set[int] = set()
+        self.every_user = policy_verbs.reads_every_user(self.directory) \
+            if every_user is None else every_user
+        self.server_uid = policy_verbs.server_uid()
 
     def call(self, method: str, params: Any, caller: Caller) -> dict[str, Any]:
         if method in CONTROL_METHODS:
@@ -72,12 +80,13 @@ class ServerApi:
         p = Params(params)
         if scope == READ:
             reads = {"hello": self._hello, "snapshot": self._snapshot, "agents": self._agents,
-                     "history": self._history, "doctor": self._doctor}
+                     "history": self._history, "doctor": self._doctor, "policy": self._policy}
             result = reads[method](p, caller)
             p.done()
             return {"wire": WIRE_VERSION, "result": result}
         try:
-            result = self._act(method, p, caller)
+            result = self._set_policy(p, caller) if method == "set_policy" \
+                else self._act(method, p, caller)
         except ApiError as exc:
             audit.info("%s: %s %s refused: %s", caller.who, method, p.summary(), exc)
             raise
@@ -139,7 +148,21 @@ class ServerApi:
                 "error": None if snapshot is None else snapshot.error,
                 "diagnoses": encode(diagnoses), "oom_reports": encode(stored)}
 
+    def _policy(self, p: Params, caller: Caller) -> dict[str, Any]:
+        return encode(policy_verbs.answer(self.engine.collector.policy, caller,
+                                          self.every_user, self.server_uid))
+
     # -- actions ----------------------------------------------------------------
+    def _set_policy(self, p: Params, caller: Caller) -> dict[str, Any]:
+        before = self.engine.collector.policy
+        old = None if before is None else before.config
+        now = policy_verbs.change(before, p, caller, self.every_user, self.server_uid)
+        audit.info("%s: set_policy %s -> ok (%s; was %s)", caller.who, p.summary(), now.text(),
+                   "none" if old is None else f"enabled={old.enabled} "
+                   f"threshold={old.threshold:g} rearm={old.rearm:g} "
+                   f"min_idle_s={old.min_idle_s:g} min_interval_s={old.min_interval_s:g}")
+        return encode(now)
+
     def _act(self, method: str, p: Params, caller: Caller) -> Any:
         pid = p.integer("pid", low=1)
         if method == "terminate":

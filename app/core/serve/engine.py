@@ -39,9 +39,12 @@ class ServeEngine:
         self.period_s = period_s
         self.agents = agents
         runner: PolicyRunner | bool = False
-        if agents is not None and policy is not False:
-            runner = PolicyRunner(agents, policy if isinstance(policy, PressurePolicyConfig)
-                                  else None)
+        if agents is not None:
+            # Off (--no-auto-unload, the root service's default) is a runner that is
+            # disabled, so the policy can be turned on later (``set_policy``).
+            config = policy if isinstance(policy, PressurePolicyConfig) else \
+                PressurePolicyConfig(enabled=policy is not False)
+            runner = PolicyRunner(agents, config)
         # Processes' CPU % and RSS once a second: most of a tick's cost at 8 x 64,
         # and a rate over a second reads better than one over a quarter.
         self.collector = Collector(source, agents=agents, pressure_policy=runner,

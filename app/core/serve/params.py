@@ -87,6 +87,11 @@ class Params:
             raise ApiError(f"{name!r} must be one of {', '.join(options)}")
         return value
 
+    @property
+    def given(self) -> set[str]:
+        """The names the caller sent a value for (null is no value)."""
+        return {k for k, v in self._raw.items() if v is not None}
+
     def done(self) -> None:
         """Refuse parameters the method does not take (a typo must not pass)."""
         extra = sorted(set(self._raw) - self._used)

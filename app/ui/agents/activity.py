@@ -1,7 +1,8 @@
 """The Activity log: model unloads/reloads and the auto-unload policy's decisions.
 
 Newest first, bounded; one row per entry, added only when something happens
-(nothing per snapshot).
+(nothing per snapshot).  An entry of a remote host names it ("gpu1: train.py
+(1234)"), as the status bar's line does ("gpu1: Unloaded …").
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def reason_text(reason: str | None) -> str:
     return _REASONS.get(reason or "", reason or NA)
 
 
+def on_host(host: str, text: str) -> str:
+    """``text`` as said of remote host ``host`` ("gpu1: Unloaded …"); as is for this
+    machine ("") or an empty text."""
+    return f"{host}: {text}" if host and text else text
+
+
 @dataclass(frozen=True, slots=True)
 class ActivityEntry:
     time: float  # epoch seconds
@@ -47,7 +54,8 @@ class ActivityEntry:
     detail: str = ""  # tooltip
     error: bool = False
     kind: str = "event"  # "event", "decision", "refusal", "setting"
-    key: tuple[int, int] | None = None  # (pid, seq) of a model event: see ActivityLog.update
+    #: (host, pid, seq) of a model event (see ActivityLog.update); an OOM report's own key.
+    key: tuple[str, int, int] | None = None
 
 
 class ActivityLog(QWidget):
@@ -119,7 +127,7 @@ class ActivityLog(QWidget):
             self.entries.pop()
             self.tree.takeTopLevelItem(self.tree.topLevelItemCount() - 1)
 
-    def update(self, key: tuple[int, int], detail: str) -> bool:
+    def update(self, key: tuple[str, int, int], detail: str) -> bool:
         """A logged model event's details, now complete (its action was measured);
         False when no row has that key."""
         for i, entry in enumerate(self.entries):
@@ -161,4 +169,4 @@ class ActivityLog(QWidget):
         return out
 
 
-__all__ = ["ActivityEntry", "ActivityLog", "reason_text"]
+__all__ = ["ActivityEntry", "ActivityLog", "on_host", "reason_text"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from app.core.control.records import FREE, GC, CacheAction
 from app.core.units import fmt_bytes
+from app.ui.style.hosts import gpu_text
 
 
 def cache_summary(action: CacheAction) -> str:
@@ -20,7 +21,7 @@ def cache_summary(action: CacheAction) -> str:
     if not action.done:
         return ("Freeing caches…" if len(action.pids) > 1
                 else f"Freeing cache of {action.label(action.pids[0])}…")
-    subject = (f"GPU {action.display_id}: " if action.display_id is not None
+    subject = (f"{gpu_text(action.display_id)}: " if action.display_id is not None
                else f"{action.label(action.pids[0])}: ")
     ok = [pid for pid, r in action.results.items() if r.ok]
     errors = action.errors

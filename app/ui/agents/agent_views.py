@@ -9,6 +9,10 @@ created only when more are needed than ever before.  The model list lives in
 through :attr:`ProcessDetailView.request`.  A model server's process without an
 agent (Ollama, llama.cpp) shows its server alone: what only an agent knows is
 hidden, not shown as n/a.
+
+A process is (host, pid): a remote host's process is shown from that host's
+snapshot, its title names the host, and every request names it too; while the
+host is disconnected its last figures stay, with every action off and why.
 """
 
 from __future__ import annotations
@@ -35,11 +39,13 @@ from app.agent.protocol import RELOAD_GRACE_S
 from app.core.agents.types import AgentReport
 from app.core.control.requests import CollectGarbage, FreeCache, Terminate
 from app.core.diagnosis.agentless import install_commands
+from app.core.monitor.hosts import split_id
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
 from app.core.servers.types import holding
 from app.core.units import NA, fmt_bytes
 from app.ui.agents import detail_models as texts
+from app.ui.agents.detail_facts import FACTS, fill_facts, stale_action, stale_notice, sum_known
 from app.ui.agents.detail_models import ModelControls
 from app.ui.agents.model_list import MODEL_SORT_ROLE, ModelListModel
 from app.ui.agents.model_table import ModelTable
@@ -55,15 +61,9 @@ from app.ui.gpu.torch_memory import (
 )
 from app.ui.settings.values import IDLE_TIMER_MAX_MIN, IDLE_TIMER_MIN_MIN
 from app.ui.style import palette as pal
+from app.ui.style.hosts import gpu_text
 
-
-def _yes_no(value: bool | None, yes: str = "yes", no: str = "no") -> str:
-    return NA if value is None else (yes if value else no)
-
-
-def _sum_known(values) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
+GC_TIP = "Run Python's garbage collector in the process (gc.collect())"
 
 
 def _box(parent: QWidget, outer: QVBoxLayout, stretch: int = 0) -> tuple[QWidget, QVBoxLayout]:
@@ -90,8 +90,10 @@ class ProcessDetailView(ModelControls, QDialog):
         self.setModal(False)
         self.resize(1180, 640)
         self.pid: int | None = None
+        self.host = ""  # the remote host of the process ("" this machine)
         self.report: AgentReport | None = None
         self._label = ""
+        self._why_not = ""  # why every action is off (its host is not connected)
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(16, 14, 16, 12)
@@ -109,6 +111,11 @@ class ProcessDetailView(ModelControls, QDialog):
         self.command_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         outer.addWidget(self.title_label)
         outer.addWidget(self.command_label)
+        self.host_notice = QLabel(self)  # a disconnected host: since when, and why
+        self.host_notice.setObjectName("hostNotice")
+        self.host_notice.setWordWrap(True)
+        self.host_notice.setVisible(False)
+        outer.addWidget(self.host_notice)
 
         # What only an agent knows; hidden for a model server without one.
         self.facts_box, facts_lay = _box(self, outer)
@@ -116,9 +123,7 @@ class ProcessDetailView(ModelControls, QDialog):
         facts.setHorizontalSpacing(10)
         facts.setVerticalSpacing(3)
         self.facts: dict[str, QLabel] = {}
-        layout_ = (("PID", "Python", "PyTorch", "Allocator"),
-                   ("CUDA", "OOMs", "Alloc retries", "Agent"))
-        for col, names in enumerate(layout_):
+        for col, names in enumerate(FACTS):
             for row, name in enumerate(names):
                 cap = QLabel(name, self)
                 cap.setObjectName("secondary")
@@ -272,7 +277,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.result_label.setWordWrap(True)  # on its own row: a long result wraps, never cut
         self.gc_button = QPushButton("Run gc", self)
         self.gc_button.setObjectName("gcButton")
-        self.gc_button.setToolTip("Run Python's garbage collector in the process (gc.collect())")
+        self.gc_button.setToolTip(GC_TIP)
         self.free_button = QPushButton("Free cache", self)
         self.free_button.setObjectName("freeCacheButton")
         self.terminate_button = QPushButton("Terminate…", self)
@@ -294,9 +299,10 @@ class ProcessDetailView(ModelControls, QDialog):
         self._apply_style()
 
     # -- public -----------------------------------------------------------------------------
-    def set_process(self, pid: int) -> None:
-        if pid != self.pid:
-            self.pid = pid
+    def set_process(self, pid: int, host: str = "") -> None:
+        """Show process ``pid`` of ``host`` ("" this machine)."""
+        if pid != self.pid or host != self.host:
+            self.pid, self.host = pid, host
             self.report = None
             self._label = f"pid {pid}"
             self.result_label.setText("")
@@ -312,13 +318,20 @@ class ProcessDetailView(ModelControls, QDialog):
     def update_snapshot(self, snapshot: Snapshot, busy: bool = False, can_act: bool = True,
                         pending: Mapping[str, object] | None = None,
                         last: Mapping[str, object] | None = None,
-                        idle_pending: bool = False) -> None:
-        """Follow ``snapshot``.  ``pending`` / ``last``: this process's model actions in
-        flight and the last finished one, by model id; ``idle_pending``: an idle-timer
-        change is in flight."""
+                        idle_pending: bool = False,
+                        stale: tuple[str, str | None] | None = None) -> None:
+        """Follow ``snapshot`` (the process's host's).  ``pending`` / ``last``: this
+        process's model actions in flight and the last finished one, by model id;
+        ``idle_pending``: an idle-timer change is in flight; ``stale``: (state, reason)
+        of a host that is not connected: its last figures, every action off."""
         pid = self.pid
         if pid is None:
             return
+        self._why_not = "" if stale is None else stale_action(self.host, stale[0])
+        self.host_notice.setVisible(stale is not None)
+        if stale is not None:
+            self.host_notice.setText(stale_notice(self.host, *stale))
+            can_act = False
         report = snapshot.agents.get(pid)
         self.report = report
         procs = [(g, p) for g in snapshot.gpus for p in g.processes if p.pid == pid]
@@ -329,12 +342,14 @@ class ProcessDetailView(ModelControls, QDialog):
             command = p.command or p.name or NA
         else:
             command = " ".join(report.argv) if report and report.argv else NA
-        self.title_label.setText(self._label)
-        self.setWindowTitle(f"{self._label} — details")
+        title = f"{self._label} on {self.host}" if self.host else self._label
+        self.title_label.setText(title)
+        self.setWindowTitle(f"{title} — details")
         self.command_label.setText(command)
         self.command_label.setToolTip(command)
         server = holding(snapshot.servers, pid)
-        self.server_view.set_server(server, snapshot, pending, last, can_act)
+        self.server_view.set_server(server, snapshot, pending, last, can_act, self.host,
+                                    self._why_not)
         cmd = install_commands(snapshot).get(pid)
         agentless = server is not None and report is None  # the server says what it holds
         for box in (self.facts_box, self.breakdown_box):  # (how to invite an agent stays)
@@ -342,31 +357,9 @@ class ProcessDetailView(ModelControls, QDialog):
         for w in (self.models_box, self.gc_button, self.free_button):
             w.setVisible(not agentless)
 
-        f = self.facts
-        f["PID"].setText(str(pid))
-        if report is None:
-            for name in ("Python", "PyTorch", "Allocator", "CUDA", "OOMs", "Alloc retries"):
-                f[name].setText(NA)
-            f["Agent"].setText("not reporting (the process or its agent has gone)" if cmd is None
-                               else f"none. Install it once into this process's environment:\n"
-                               f"{cmd}\n(each PyTorch process started there has it from its "
-                               "next start)")
-        else:
-            f["Python"].setText(report.python or NA)
-            f["PyTorch"].setText(report.torch or report.torch_status)
-            f["Allocator"].setText(report.allocator_backend or NA)
-            f["CUDA"].setText(_yes_no(report.cuda_initialized, "initialised", "not initialised"))
-            ooms = report.oom_events
-            if ooms is None:
-                ooms = _sum_known(d.num_ooms for d in report.devices)
-            f["OOMs"].setText(NA if ooms is None else str(ooms))
-            retries = _sum_known(d.num_alloc_retries for d in report.devices)
-            f["Alloc retries"].setText(NA if retries is None else str(retries))
-            agent = "reporting"
-            if report.round_trip_s is not None:
-                ms = report.round_trip_s * 1000
-                agent += f", {ms:.1f} ms round trip" if ms < 10 else f", {ms:.0f} ms round trip"
-            f["Agent"].setText(agent)
+        fill_facts(self.facts, pid, report, cmd)
+        if stale is not None and report is not None:
+            self.facts["Agent"].setText(f"its last report, from before {self.host} went away")
         errors = report.errors if report else ()
         self.errors_label.setVisible(bool(errors))
         if errors:
@@ -384,7 +377,7 @@ class ProcessDetailView(ModelControls, QDialog):
         cache = None
         for row, (g, _p, b) in zip(self.gpu_rows, rows):
             dev = report.device_for_gpu(g.index, g.uuid) if report else None
-            tip = breakdown_tooltip(f"GPU {g.display_id}: {g.name}", b)
+            tip = breakdown_tooltip(f"{gpu_text(g.display_id)}: {g.name}", b)
             if dev is not None:
                 retries = NA if dev.num_alloc_retries is None else dev.num_alloc_retries
                 tip += (f"\n\nPeak allocated: {fmt_bytes(dev.peak_allocated)}"
@@ -392,7 +385,7 @@ class ProcessDetailView(ModelControls, QDialog):
                         f"\nInactive split (fragmented): {fmt_bytes(dev.inactive_split)}"
                         f"\nAlloc retries: {retries}"
                         f"\nOOMs: {NA if dev.num_ooms is None else dev.num_ooms}")
-            row.set(pid, f"GPU {g.display_id}", b, scale, tip)
+            row.set(pid, f"GPU {split_id(g.display_id)[1]}", b, scale, tip)
             row.setVisible(True)
             if b.cache is not None:
                 cache = (cache or 0) + b.cache
@@ -401,7 +394,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.no_gpu_label.setVisible(not rows)  # without an agent: no breakdown to draw
         self.no_gpu_label.setText(texts.NO_GPU if report or not procs else texts.NO_AGENT_GPU)
         if report is not None and not rows:  # the allocator's own figures say what is cached
-            cache = _sum_known(d.cache for d in report.devices)
+            cache = sum_known(d.cache for d in report.devices)
 
         models = report.models if report else ()
         now = (report.received_at if report is not None and report.received_at
@@ -423,11 +416,13 @@ class ProcessDetailView(ModelControls, QDialog):
             self.anim_timer.stop()
         self._update_model_bar()
         self._update_idle(report, idle_pending)
-        self.record_view.set_report(pid, report, can_act)
+        self.record_view.set_report(pid, report, can_act, self.host, self._why_not)
 
         self.free_button.setText(free_button_text(cache, busy, all_=False))
         self.free_button.setEnabled(bool(cache) and report is not None and can_act and not busy)
-        if busy:
+        if self._why_not:
+            self.free_button.setToolTip(self._why_not)
+        elif busy:
             self.free_button.setToolTip("Freeing the cache…")
         elif report is None:
             self.free_button.setToolTip("The agent is not reporting")
@@ -440,6 +435,9 @@ class ProcessDetailView(ModelControls, QDialog):
                 f"gc.collect() + torch.cuda.empty_cache() in the process: returns about "
                 f"{fmt_bytes(cache)} of cached memory to the driver")
         self.gc_button.setEnabled(report is not None and can_act and not busy)
+        self.gc_button.setToolTip(self._why_not or GC_TIP)
+        self.terminate_button.setEnabled(not self._why_not)
+        self.terminate_button.setToolTip(self._why_not or "Stop the process (asks you first)")
 
     def show_result(self, text: str, tooltip: str = "", error: bool = False) -> None:
         self.result_label.setText(text)
@@ -451,15 +449,15 @@ class ProcessDetailView(ModelControls, QDialog):
     # -- internals -----------------------------------------------------------------------------
     def _on_free(self) -> None:
         if self.pid is not None:
-            self.request.emit(FreeCache.of(self.pid))
+            self.request.emit(FreeCache.of(self.pid, self.host))
 
     def _on_gc(self) -> None:
         if self.pid is not None:
-            self.request.emit(CollectGarbage(self.pid))
+            self.request.emit(CollectGarbage(self.pid, self.host))
 
     def _on_terminate(self) -> None:
         if self.pid is not None:
-            self.request.emit(Terminate(self.pid))
+            self.request.emit(Terminate(self.pid, host=self.host))
 
     def changeEvent(self, event) -> None:  # noqa: N802
         from PySide6.QtCore import QEvent
@@ -476,6 +474,7 @@ class ProcessDetailView(ModelControls, QDialog):
             "QTableView#modelTable::item { padding: 0px 6px; }"
             + pal.view_rules(self.palette(), "modelTable"))
         self.errors_label.setStyleSheet(f"color: {warn};")
+        self.host_notice.setStyleSheet(f"color: {warn};")
 
 
 __all__ = ["ProcessDetailView"]

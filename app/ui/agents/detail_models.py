@@ -97,7 +97,8 @@ class ModelControls:
         # A model server's process ("ComfyUI"): the server unloads its models, not the agent.
         managed = getattr(self.report, "managed_by", None)
         # Per snapshot this usually changes nothing: skip the widget calls then.
-        key = (m, id(pending), id(last), getattr(last, "measured", None), live, managed)
+        key = (m, id(pending), id(last), getattr(last, "measured", None), live, managed,
+               self._why_not)
         if key == self._bar_key:
             return
         self._bar_key = key
@@ -131,6 +132,9 @@ class ModelControls:
         self.pin_button.setToolTip("Pinned models are never unloaded automatically (by the "
                                    "idle timer or the memory-pressure policy)"
                                    if not m.pinned else "Allow automatic unloading again")
+        if self._why_not:  # its host is not connected: that is why, whatever else holds
+            for b in buttons:
+                b.setToolTip(self._why_not)
         can_force = (last is not None and getattr(last, "can_force", False) and resident
                      and not busy and live)
         self.force_button.setVisible(bool(can_force))
@@ -174,17 +178,19 @@ class ModelControls:
         m = self.selected_model()
         if m is not None and self.pid is not None:
             self.request.emit(Unload(self.pid, m.id, to, force, name=m.name,
-                                     device=m.home_device or m.device, size=model_size(m)))
+                                     device=m.home_device or m.device, size=model_size(m),
+                                     host=self.host))
 
     def _request_reload(self) -> None:
         m = self.selected_model()
         if m is not None and self.pid is not None:
-            self.request.emit(Reload(self.pid, m.id, m.name, m.home_device or m.device))
+            self.request.emit(Reload(self.pid, m.id, m.name, m.home_device or m.device,
+                                     host=self.host))
 
     def _request_pin(self) -> None:
         m = self.selected_model()
         if m is not None and self.pid is not None:
-            self.request.emit(Pin(self.pid, m.id, not m.pinned, m.name))
+            self.request.emit(Pin(self.pid, m.id, not m.pinned, m.name, host=self.host))
 
     def _request_force(self) -> None:
         m = self.selected_model()
@@ -242,7 +248,7 @@ class ModelControls:
             return
         self._idle_sent = wanted
         self.idle_state.setText("setting…")
-        self.request.emit(SetIdleUnload(self.pid, wanted))
+        self.request.emit(SetIdleUnload(self.pid, wanted, host=self.host))
 
 
 __all__ = ["ModelControls"]

@@ -79,6 +79,7 @@ class RecordView(QWidget):
         super().__init__(parent)
         self.setObjectName("recordView")
         self.pid: int | None = None
+        self.host = ""  # the remote host the process runs on ("" this machine)
         self.action: RecordAction | None = None  # the latest recording of this process
         self._controller: Any = None
         self._enabled_why = ""
@@ -180,10 +181,12 @@ class RecordView(QWidget):
         controller.refused.connect(self._on_refused)
 
     # -- per snapshot --------------------------------------------------------------------------
-    def set_report(self, pid: int, report: Any, can_act: bool) -> None:
-        """The process shown and what its agent reports (None: not reporting)."""
-        if pid != self.pid:
-            self.pid = pid
+    def set_report(self, pid: int, report: Any, can_act: bool, host: str = "",
+                   why_not: str = "") -> None:
+        """The process shown (``pid`` on ``host``, "" this machine) and what its agent
+        reports (None: not reporting); ``why_not``: why actions are off, if known."""
+        if pid != self.pid or host != self.host:
+            self.pid, self.host = pid, host
             self.action = None
             self.timer.stop()
             self.progress.setVisible(False)
@@ -192,7 +195,9 @@ class RecordView(QWidget):
             self.table.setVisible(False)
             self.file_row.setVisible(False)
         recording = self.action is not None and not self.action.done
-        if report is None:
+        if why_not:
+            why = why_not
+        elif report is None:
             why = "The agent is not reporting"
         elif not can_act:
             why = "Agent actions are not available"
@@ -231,11 +236,12 @@ class RecordView(QWidget):
     def _on_record(self) -> None:
         if self.pid is not None:
             self._show_status("")
-            self.request.emit(RecordAllocations(self.pid, float(self.seconds_combo.currentData())))
+            self.request.emit(RecordAllocations(self.pid, float(self.seconds_combo.currentData()),
+                                                host=self.host))
 
     def on_record(self, action: RecordAction) -> None:
         """A recording started or finished (any process's: others are ignored)."""
-        if action.pid != self.pid:
+        if action.pid != self.pid or action.host != self.host:
             return
         self.action = action
         if not action.done:
@@ -260,7 +266,8 @@ class RecordView(QWidget):
         self._show_result(result)
 
     def _on_refused(self, request: Any, exc: RequestError) -> None:
-        if isinstance(request, RecordAllocations) and request.pid == self.pid:
+        if isinstance(request, RecordAllocations) and request.pid == self.pid \
+                and request.host == self.host:
             self._show_status(f"Not started: {exc}", error=True)
 
     def _tick(self) -> None:
@@ -294,9 +301,11 @@ class RecordView(QWidget):
                               "recording.")
         path = result.path
         self.file_row.setVisible(bool(path))
-        if path:
-            self.path_label.setText(f"Snapshot file: {path}")
+        if path:  # a remote host's file is on that host: no folder to open here
+            where = f" on {self.host}" if self.host else ""
+            self.path_label.setText(f"Snapshot file{where}: {path}")
             self.path_label.setToolTip(path)
+            self.open_button.setVisible(not self.host)
 
     def _open_folder(self) -> None:
         result = self.action.result if self.action is not None else None

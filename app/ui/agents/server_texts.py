@@ -222,15 +222,17 @@ def server_tooltip(server: ModelServer, pid: int, now: float) -> list[str]:
 
 # -- requests -----------------------------------------------------------------------------------
 
-def model_request(server: ModelServer, model: ServerModel) -> Request:
-    """The Unload (or, for a checkpoint moved to host RAM, the Reload) of ``model``."""
+def model_request(server: ModelServer, model: ServerModel, host: str = "") -> Request:
+    """The Unload (or, for a checkpoint moved to host RAM, the Reload) of ``model``;
+    ``host``: the remote host the server runs on ("" this machine)."""
     if model.state in ("on cpu", "sleeping"):
-        return Reload(server.pid, model.id, model.name)
-    return Unload(server.pid, model.id, name=model.name, size=model.vram_bytes)
+        return Reload(server.pid, model.id, model.name, host=host)
+    return Unload(server.pid, model.id, name=model.name, size=model.vram_bytes, host=host)
 
 
-def menu_entries(server: ModelServer) -> list[tuple[str, str, Request | None]]:
-    """(text, tooltip, request; None: a disabled line) for a process row's menu."""
+def menu_entries(server: ModelServer, host: str = "") -> list[tuple[str, str, Request | None]]:
+    """(text, tooltip, request; None: a disabled line) for a process row's menu
+    (``host``: where the server runs)."""
     if server.error and not server.models:
         return [(f"{server.label}: {short_note(server.error)}", error_text(server), None)]
     if not server.can_unload:
@@ -245,7 +247,7 @@ def menu_entries(server: ModelServer) -> list[tuple[str, str, Request | None]]:
         if m.state not in ("on cpu", "sleeping") and is_busy(server, m):
             out.append((f"{text}: generating now", BUSY_TEXT[0].upper() + BUSY_TEXT[1:], None))
         else:
-            out.append((text, unload_tooltip(server, m), model_request(server, m)))
+            out.append((text, unload_tooltip(server, m), model_request(server, m, host)))
     return out
 
 

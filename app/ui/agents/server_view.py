@@ -103,6 +103,7 @@ class ServerView(QWidget):
         self.setObjectName("serverView")
         self.server: ModelServer | None = None
         self._requests: dict[str, Any] = {}
+        self._host, self._why_not = "", ""  # where the server runs; why actions are off
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 4, 0, 0)
         lay.setSpacing(4)
@@ -159,10 +160,13 @@ class ServerView(QWidget):
     # -- public -----------------------------------------------------------------------------
     def set_server(self, server: ModelServer | None, snapshot: Snapshot | None,
                    pending: Mapping[str, Any] | None = None,
-                   last: Mapping[str, Any] | None = None, can_act: bool = True) -> None:
+                   last: Mapping[str, Any] | None = None, can_act: bool = True,
+                   host: str = "", why_not: str = "") -> None:
         """Show ``server`` (None: hide) as of ``snapshot``; ``pending`` / ``last``: its
-        model actions in flight and the last finished one, by model id."""
+        model actions in flight and the last finished one, by model id; ``host``:
+        where it runs ("" this machine); ``why_not``: why actions are off, if known."""
         self.server = server
+        self._host, self._why_not = host, why_not
         self.setVisible(server is not None)
         if server is None:
             self._requests = {}
@@ -242,14 +246,14 @@ class ServerView(QWidget):
         running = pending is not None
         row.button.setEnabled(server.can_unload and can_act and not running and not busy)
         if not can_act:
-            tip = "Actions are not available"
+            tip = self._why_not or "Actions are not available"
         elif busy:
             tip = BUSY_TEXT[0].upper() + BUSY_TEXT[1:]
         else:
             tip = unload_tooltip(server, m)
         row.button.setToolTip(tip)
         if server.can_unload and not running:
-            self._requests[m.id] = model_request(server, m)
+            self._requests[m.id] = model_request(server, m, self._host)
         if running:
             self._set_note(row, outcome_line(pending), "waiting", server_summary(pending))
         elif last is not None and getattr(last, "done", False):

@@ -6,6 +6,10 @@ set only when what it shows changes, and the cards are re-ordered only when
 the set of findings or a severity changes (never per tick).  What a diagnosis
 says is the core's (:class:`app.core.diagnosis.types.Diagnosis`); this view
 formats and lays it out.
+
+Every host's diagnoses are shown (each host's own snapshot's, made by its
+server's doctor); with remote hosts watched each card names its host, and a
+disconnected host's cards stay, saying since when, their fixes off.
 """
 
 from __future__ import annotations
@@ -28,11 +32,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.diagnosis.types import KINDS
+from app.core.monitor.hosts import each_host
 from app.core.monitor.samples import Snapshot
+from app.ui.agents.activity import on_host
+from app.ui.agents.detail_facts import stale_action
 from app.ui.doctor.fixes import FixList
 from app.ui.doctor.past_reports import PastReports
 from app.ui.doctor.texts import SEVERITY_RANK, SEVERITY_TEXT, report_row, where_text
 from app.ui.style import palette as pal
+from app.ui.style.hosts import stale, state_text
 from app.ui.style.tables import flat_list
 
 PAST_COLUMNS = ("Time", "Process", "Asked for", "Cause")
@@ -46,19 +54,21 @@ def order_key(d: Any) -> tuple[int, int, str, int]:
     return (SEVERITY_RANK.get(d.severity, 3), kind, d.gpu or "", d.pid or 0)
 
 
-def shown(d: Any) -> tuple[Any, ...]:
+def shown(d: Any, where: str | None = None) -> tuple[Any, ...]:
     """What a card shows of ``d``: it is redrawn only when this changes."""
-    return (d.severity, d.title, tuple(d.evidence), tuple(d.fixes), where_text(d), d.report_id)
+    return (d.severity, d.title, tuple(d.evidence), tuple(d.fixes),
+            where_text(d) if where is None else where, d.report_id)
 
 
 class DiagnosisCard(QFrame):
-    """One finding: severity, title, where and since, evidence, fixes."""
+    """One finding: severity, title, where (its host too) and since, evidence, fixes."""
 
     open_report = Signal(str)  # report id
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, host: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("diagnosisCard")
+        self.host_key = host  # the host it was found on ("" this machine)
         self.shown: tuple[Any, ...] = ()
         self.diagnosis: Any = None
         lay = QVBoxLayout(self)
@@ -99,19 +109,20 @@ class DiagnosisCard(QFrame):
         self.evidence.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.evidence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.evidence)
-        self.fixes = FixList(self)
+        self.fixes = FixList(self, host)
         lay.addWidget(self.fixes)
 
-    def set(self, d: Any) -> bool:
-        """Show ``d``; False (nothing touched) when it shows the same as before."""
+    def set(self, d: Any, where: str | None = None) -> bool:
+        """Show ``d`` (``where``: its place, its host named, when not :func:`where_text`'s);
+        False (nothing touched) when it shows the same as before."""
         self.diagnosis = d
-        now = shown(d)
+        now = shown(d, where)
         if now == self.shown:
             return False
         self.shown = now
         self.badge.setText(SEVERITY_TEXT.get(d.severity, d.severity))
         self.title.setText(d.title)
-        self.where.setText(where_text(d))
+        self.where.setText(now[4])
         self.evidence.setText("\n".join(f"·  {line}" for line in d.evidence))
         self.evidence.setVisible(bool(d.evidence))
         self.fixes.set_fixes(tuple(d.fixes))
@@ -148,16 +159,18 @@ class DoctorView(QWidget):
     """The Doctor tab's contents (see the module's docstring)."""
 
     request = Signal(object)  # a typed request a fix sends
-    record_requested = Signal(int)  # pid: its detail view at "Record allocations"
+    record_requested = Signal(int, str)  # (pid, host): its detail view at "Record allocations"
     open_report = Signal(object)  # an OomReport to show
     count_changed = Signal(int)  # findings of severity warning or critical
 
     def __init__(self, parent: QWidget | None = None, past: PastReports | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("doctorView")
+        #: (host, diagnosis key) -> its card ("" this machine)
         self.cards: dict[tuple[Any, ...], DiagnosisCard] = {}
         self.order: list[tuple[Any, ...]] = []
         self.reports: dict[str, Any] = {}  # id -> OomReport (live and stored)
+        self.report_hosts: dict[str, str] = {}  # id -> the remote host it happened on
         self.warnings = 0
         self.redraws = 0  # cards set afresh (tests: calm updates)
         self._can_act = True
@@ -235,10 +248,26 @@ class DoctorView(QWidget):
 
     # -- per snapshot ---------------------------------------------------------------------------
     def update_snapshot(self, snapshot: Snapshot, can_act: bool = True) -> None:
-        """Show ``snapshot.diagnoses``; touches widgets only where something changed."""
+        """Show every host's diagnoses (this machine's ``snapshot.diagnoses`` and each
+        remote host's); touches widgets only where something changed."""
         for report in snapshot.oom_reports:
             self.add_report(report)
-        diagnoses = {d.key: d for d in snapshot.diagnoses}
+        named = bool(snapshot.hosts)  # with remote hosts, each card names its own
+        diagnoses: dict[tuple[Any, ...], Any] = {}
+        places: dict[tuple[Any, ...], tuple[str, str | None, str, Any]] = {}
+        for view, own in each_host(snapshot):
+            host = "" if view is None else view.key
+            late = state_text(view) if view is not None and stale(view) else None
+            if view is not None and view.fresh:
+                for report in own.oom_reports:
+                    self.add_report(report, host)
+            why_not = "" if late is None else stale_action(host, late)
+            user = None if view is None else view.user
+            for d in own.diagnoses:
+                key = (host, *d.key)
+                diagnoses[key] = d
+                places[key] = (where_text(d, host, late) if named else where_text(d),
+                               user, why_not, own)
         changed = False
         for key in [k for k in self.cards if k not in diagnoses]:
             card = self.cards.pop(key)
@@ -247,25 +276,24 @@ class DoctorView(QWidget):
             changed = True
         for key, d in diagnoses.items():
             card = self.cards.get(key)
+            where, user, why_not, own = places[key]
             if card is None:
-                card = self.cards[key] = DiagnosisCard(self.host)
+                card = self.cards[key] = DiagnosisCard(self.host, key[0])
                 card.fixes.request.connect(self.request)
                 card.fixes.record_requested.connect(self.record_requested)
                 card.open_report.connect(self._open_id)
-                card.fixes.set_can_act(self._can_act)
-            if card.set(d):
+                card.fixes.set_can_act(self._can_act and not why_not)
+            if card.set(d, where):
                 self.redraws += 1
                 changed = True
-            card.fixes.check_terminate(snapshot)
-        order = sorted(diagnoses, key=lambda k: order_key(diagnoses[k]))
+            card.fixes.check_terminate(own, user, why_not)
+            card.fixes.set_can_act(can_act and not why_not)  # (touches what changed only)
+        order = sorted(diagnoses, key=lambda k: (order_key(diagnoses[k]), k[0]))
         if order != self.order:
             self.order = order
             for i, key in enumerate(order):  # after the empty label, before the stretch
                 self.cards_box.insertWidget(1 + i, self.cards[key])
-        if can_act != self._can_act:
-            self._can_act = can_act
-            for card in self.cards.values():
-                card.fixes.set_can_act(can_act)
+        self._can_act = can_act
         self._update_empty(snapshot)
         if changed:
             warnings = sum(1 for d in diagnoses.values() if d.severity in ("warning", "critical"))
@@ -279,24 +307,29 @@ class DoctorView(QWidget):
             self.empty_label.setVisible(empty)
         if not empty:
             return
-        pids = {p.pid for g in snapshot.gpus for p in g.processes}
-        watch = (len(pids), len(snapshot.gpus))
+        hosts = each_host(snapshot)
+        pids = {(g.host, p.pid) for _, own in hosts for g in own.gpus for p in g.processes}
+        watch = (len(pids), sum(len(own.gpus) for _, own in hosts), len(snapshot.hosts))
         if watch != self._watch:
             self._watch = watch
-            n, m = watch
+            n, m, h = watch
+            where = f" of {h + 1} hosts" if h else ""
             self.empty_label.setText(
                 f"No problems found. Watching {n} process{'es' if n != 1 else ''} on {m} "
-                f"GPU{'s' if m != 1 else ''} for leaks, GPUs filling up, fragmentation, idle "
-                "caches and out-of-memory errors.")
+                f"GPU{'s' if m != 1 else ''}{where} for leaks, GPUs filling up, "
+                "fragmentation, idle caches and out-of-memory errors.")
 
     def cards_in_order(self) -> list[DiagnosisCard]:
         return [self.cards[k] for k in self.order if k in self.cards]
 
     # -- OOM reports ----------------------------------------------------------------------------
-    def add_report(self, report: Any) -> None:
-        """A report from this run: kept for its card and listed with the stored ones."""
+    def add_report(self, report: Any, host: str = "") -> None:
+        """A report from this run (of ``host``, "" this machine): kept for its card
+        and listed with the stored ones."""
         known = report.id in self.reports
         self.reports[report.id] = report
+        if host:
+            self.report_hosts[report.id] = host
         if not known:
             self._insert_past(report, 0)
 
@@ -318,9 +351,12 @@ class DoctorView(QWidget):
             self._note_count()
 
     def _insert_past(self, report: Any, index: int) -> None:
-        item = QTreeWidgetItem(report_row(report))
+        row = report_row(report)
+        host = self.report_hosts.get(report.id, "")
+        row[1] = on_host(host, row[1])
+        item = QTreeWidgetItem(row)
         item.setData(0, Qt.ItemDataRole.UserRole, report.id)
-        tip = "\n".join([report.title, *report.explanation])
+        tip = "\n".join([on_host(host, report.title), *report.explanation])
         for col in range(len(PAST_COLUMNS)):
             item.setToolTip(col, tip)
         self.past_list.insertTopLevelItem(index, item)

@@ -9,6 +9,10 @@
   its "Record allocations" section (the user picks the length; nothing starts);
 - an environment setting: "Copy", which puts the exact setting on the clipboard;
 - advice (fix a leak, need less memory): text to read, no button.
+
+A remote host's fixes (:attr:`FixList.host`) send requests naming that host,
+and "Terminate…" is checked against its snapshot, for the user its server
+acts for.
 """
 
 from __future__ import annotations
@@ -28,25 +32,28 @@ from app.ui.doctor.texts import SNIPPETS, fix_button_text, gain_text
 COPIED_MS = 1500
 
 
-def fix_request(fix: Any) -> Request | None:
-    """The request that carries ``fix`` out; None for a fix the user makes."""
+def fix_request(fix: Any, host: str = "") -> Request | None:
+    """The request that carries ``fix`` out on ``host`` ("" this machine); None for a
+    fix the user makes."""
     if fix.pid is None:
         return None
     if fix.action == "free_cache":
-        return FreeCache.of(fix.pid)
+        return FreeCache.of(fix.pid, host)
     if fix.action == "unload_model" and fix.model:
-        return Unload(fix.pid, fix.model, name=fix.model_name)
+        return Unload(fix.pid, fix.model, name=fix.model_name, host=host)
     if fix.action == "stop_process":
-        return Terminate(fix.pid)
+        return Terminate(fix.pid, host=host)
     return None
 
 
-def terminate_refusal(snapshot: Snapshot | None, pid: int) -> str:
-    """Why terminating ``pid`` would be refused as ``snapshot`` shows it ("" when it
-    would be offered).  The window's own check, on figures already in memory: the
-    snapshot's rows and the cached user name, no I/O."""
+def terminate_refusal(snapshot: Snapshot | None, pid: int, host: str = "",
+                      user: str | None = None) -> str:
+    """Why terminating ``pid`` would be refused as ``snapshot`` (its host's) shows it
+    ("" when it would be offered).  The window's own check, on figures already in
+    memory: the snapshot's rows and the cached user name (a remote host's: ``user``,
+    the one its server acts for), no I/O."""
     try:
-        check(snapshot, Terminate(pid), set())
+        check(snapshot, Terminate(pid, host=host), set(), user, here=not host)
     except RequestError as exc:
         return str(exc)
     return ""
@@ -56,10 +63,12 @@ class FixList(QWidget):
     """One row per fix: rank, text, gain, its control (see the module's docstring)."""
 
     request = Signal(object)  # a typed request: FreeCache, Unload, Terminate
-    record_requested = Signal(int)  # pid: show its detail view at "Record allocations"
+    #: (pid, host): show its detail view at "Record allocations"
+    record_requested = Signal(int, str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, host: str = "") -> None:
         super().__init__(parent)
+        self.host = host  # the remote host the fixes act on ("" this machine)
         self.fixes: tuple[Any, ...] = ()
         self.buttons: list[QPushButton] = []  # free cache / unload (need the agent)
         self.terminate_buttons: dict[int, QPushButton] = {}  # pid -> "Terminate…"
@@ -124,7 +133,8 @@ class FixList(QWidget):
         if fix.action == "stop_process" and fix.pid is not None:
             button = QPushButton("Terminate…", self)
             button.setObjectName("terminateFixButton")
-            button.clicked.connect(lambda *_a, p=fix.pid: self.request.emit(Terminate(p)))
+            button.clicked.connect(
+                lambda *_a, p=fix.pid: self.request.emit(Terminate(p, host=self.host)))
             self.terminate_buttons[fix.pid] = button
             return button
         if fix.action == "record_allocations" and fix.pid is not None:
@@ -132,7 +142,8 @@ class FixList(QWidget):
             button.setObjectName("recordFixButton")
             button.setToolTip(f"Open pid {fix.pid}'s details at “Record allocations”: "
                               "choose how long, then record")
-            button.clicked.connect(lambda *_a, p=fix.pid: self.record_requested.emit(p))
+            button.clicked.connect(
+                lambda *_a, p=fix.pid: self.record_requested.emit(p, self.host))
             self.record_buttons.append(button)
             return button
         snippet = fix.command if fix.action == "install_agent" else SNIPPETS.get(fix.action)
@@ -145,7 +156,7 @@ class FixList(QWidget):
             button.clicked.connect(lambda *_a, s=snippet, b=button: _copy(s, b))
             self.copy_buttons.append(button)
             return button
-        request = fix_request(fix)
+        request = fix_request(fix, self.host)
         if request is None:
             return None
         button = QPushButton(fix_button_text(fix), self)
@@ -163,9 +174,13 @@ class FixList(QWidget):
             if b.isEnabled() != can_act:
                 b.setEnabled(can_act)
 
-    def check_terminate(self, snapshot: Snapshot | None) -> None:
-        """Offer "Terminate…" only where ``snapshot`` does not already refuse it."""
-        refusals = {pid: terminate_refusal(snapshot, pid) for pid in self.terminate_buttons}
+    def check_terminate(self, snapshot: Snapshot | None, user: str | None = None,
+                        why_not: str = "") -> None:
+        """Offer "Terminate…" only where ``snapshot`` (the host's; ``user``: whom its
+        server acts for) does not already refuse it; ``why_not``: why nothing may be
+        done now (the host is not connected)."""
+        refusals = {pid: why_not or terminate_refusal(snapshot, pid, self.host, user)
+                    for pid in self.terminate_buttons}
         if refusals != self._refusals:
             self._refusals = refusals
             self._apply_refusals()

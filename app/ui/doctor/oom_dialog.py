@@ -5,7 +5,8 @@ ranked by what they would give.  Non-modal; "Copy report as JSON" copies the
 stored form (``OomReport.to_json``).
 
 The title and the buttons stay put; the body scrolls, so on a small screen no
-fix is ever cut off.  It opens as tall as its contents, up to most of the screen."""
+fix is ever cut off.  It opens as tall as its contents, up to most of the screen.  A remote host's
+report names its host in the title, and its fixes act on that host."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from app.core.units import NA, fmt_bytes, fmt_duration
 from app.ui.doctor.fixes import FixList
 from app.ui.doctor.texts import verdict_text
 from app.ui.style import palette as pal
+from app.ui.style.hosts import gpu_text
 from app.ui.style.tables import Selection, flat_list
 
 HOLDER_COLUMNS = ("Process", "PID", "GPU memory", "Live tensors", "Cache", "Agent",
@@ -145,23 +147,28 @@ class OomDialog(QDialog):
     """One OomReport, explained (see the module's docstring)."""
 
     request = Signal(object)  # a typed request a fix sends
-    record_requested = Signal(int)  # pid: its detail view at "Record allocations"
+    record_requested = Signal(int, str)  # (pid, host): its detail view at "Record allocations"
 
     def __init__(self, report: Any, parent: QWidget | None = None,
                  color_of: ColorOf | None = None, can_act: bool = True,
-                 snapshot: Snapshot | None = None) -> None:
+                 snapshot: Snapshot | None = None, host: str = "",
+                 user: str | None = None) -> None:
+        """``snapshot``: the latest of ``host`` ("" this machine), where the report's
+        process ran; ``user``: whom that host's server acts for."""
         super().__init__(parent)
         self.setObjectName("oomDialog")
         self.setModal(False)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.report = report
+        self.host = host
         self._color_of = color_of
-        self.setWindowTitle(f"Out of memory — {report.command or f'pid {report.pid}'}")
+        on = f" on {host}" if host else ""
+        self.setWindowTitle(f"Out of memory{on} — {report.command or f'pid {report.pid}'}")
         outer = self.outer = QVBoxLayout(self)
         outer.setContentsMargins(18, 14, 18, 12)
         outer.setSpacing(10)
 
-        self.title = QLabel(report.title, self)
+        self.title = QLabel(f"{host}: {report.title}" if host else report.title, self)
         self.title.setObjectName("oomTitle")
         self.title.setWordWrap(True)
         tf = self.title.font()
@@ -170,7 +177,7 @@ class OomDialog(QDialog):
         self.title.setFont(tf)
         outer.addWidget(self.title)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.time))
-        gpu = f"GPU {report.gpu}" if report.gpu is not None else "GPU n/a"
+        gpu = gpu_text(report.gpu) if report.gpu is not None else "GPU n/a"
         sub = [when, gpu + (f" ({report.gpu_name})" if report.gpu_name else ""),
                f"pid {report.pid}", "cause: " + verdict_text(report.verdict)]
         if report.demo:
@@ -248,10 +255,10 @@ class OomDialog(QDialog):
         fhead.setFont(bf)
         body.addSpacing(4)
         body.addWidget(fhead)
-        self.fixes = FixList(self.body)
+        self.fixes = FixList(self.body, host)
         self.fixes.set_fixes(tuple(report.fixes))
         self.fixes.set_can_act(can_act)
-        self.fixes.check_terminate(snapshot)
+        self.fixes.check_terminate(snapshot, user)
         self.fixes.request.connect(self.request)
         self.fixes.record_requested.connect(self.record_requested)
         body.addWidget(self.fixes)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from app.core.monitor.hosts import split_id
 from app.core.units import fmt_bytes
+from app.ui.style.hosts import host_label
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 SEVERITY_TEXT = {"critical": "Critical", "warning": "Warning", "info": "Note"}
@@ -53,11 +55,16 @@ def fix_button_text(fix: Any) -> str:
     return APP_FIXES.get(fix.action, "")
 
 
-def where_text(d: Any) -> str:
-    """``GPU 0 · train.py (20417) · since 14:02``."""
+def where_text(d: Any, host: str | None = None, state: str | None = None) -> str:
+    """``GPU 0 · train.py (20417) · since 14:02``; with ``host`` given (remote hosts
+    are watched) it is named first and the GPU is that host's own id: ``gpu1 · GPU 0
+    · …``, ``this machine · GPU 0 · …``; ``state``: why its figures are not current
+    ("disconnected since 15:04:12")."""
     parts = []
+    if host is not None:
+        parts.append(host_label(host) + (f" ({state})" if state else ""))
     if d.gpu is not None:
-        parts.append(f"GPU {d.gpu}")
+        parts.append(f"GPU {d.gpu if host is None else split_id(d.gpu)[1]}")
     if d.pid is not None:
         parts.append(f"{d.command or 'pid'} ({d.pid})" if d.command else f"pid {d.pid}")
     if d.since is not None:

@@ -18,6 +18,7 @@ class MemoryGauge(QWidget):
         self.used_fraction: float | None = None
         self.reserved_fraction: float = 0.0
         self.level = pal.LEVEL_UNKNOWN
+        self.stale = False  # the last known figures of a host not connected: grey
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMinimumWidth(120)
 
@@ -34,7 +35,14 @@ class MemoryGauge(QWidget):
         self.level = pal.level_for(self.used_fraction)
         self.update()
 
+    def set_stale(self, stale: bool) -> None:
+        if stale != self.stale:
+            self.stale = stale
+            self.update()
+
     def fill_color(self) -> QColor:
+        if self.stale:
+            return pal.muted(self.palette())
         return pal.level_color(self.level, self.palette())
 
     def paintEvent(self, event) -> None:  # noqa: N802

@@ -7,6 +7,9 @@ Two update paths with very different costs:
 * :meth:`GpuPanel.set_plot_data` runs on the window's display timer with a
   :class:`~app.core.monitor.plot_data.PlotData` shaped in core, and only sets
   it on the plot's curves and the legend's rows.
+
+A remote GPU's title names its host; while that host is not connected the
+panel keeps the last figures, greyed, and says since when (:meth:`set_stale`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.monitor.hosts import split_id
 from app.core.monitor.plot_data import (
     UNATTRIBUTED_KEY,
     LegendEntry,
@@ -67,6 +71,10 @@ class GpuPanel(QFrame):
         # Latest sample's unattributed memory (bytes, None = unknown) and why unknown.
         self._unattributed_now: int | None = None
         self._unattributed_reason: str | None = None
+        self.host = split_id(display_id)[0]
+        #: "disconnected since 15:04:12" while the host's figures are its last known.
+        self.stale_text: str | None = None
+        self._name = ""  # the GPU's name, shown elided before " — host"
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(14, 10, 14, 10)
@@ -117,6 +125,7 @@ class GpuPanel(QFrame):
         self.name_label = QLabel(self)
         self.name_label.setObjectName("gpuName")
         self.name_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.name_label.installEventFilter(self)  # elided again when resized
         self.state_label = QLabel(self)
         self.state_label.setObjectName("gpuState")
         self.figures = QWidget(self)
@@ -187,6 +196,21 @@ class GpuPanel(QFrame):
         super().resizeEvent(event)
         self.legend.fit_width(self.width())
 
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802
+        if watched is self.name_label and event.type() == QEvent.Type.Resize:
+            self._show_name()
+        return super().eventFilter(watched, event)
+
+    def _show_name(self) -> None:
+        """"NVIDIA A100-SXM4-80GB — gpu1": the name elided, the host always shown."""
+        label = self.name_label
+        tail = f" — {self.host}" if self.host else ""
+        metrics = label.fontMetrics()
+        room = max(label.width() - metrics.horizontalAdvance(tail), 24)
+        text = metrics.elidedText(self._name, Qt.TextElideMode.ElideRight, room) + tail
+        if label.text() != text:
+            label.setText(text)
+
     # -- theme ----------------------------------------------------------------------------
     def changeEvent(self, event) -> None:  # noqa: N802
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange):
@@ -203,8 +227,17 @@ class GpuPanel(QFrame):
 
     def _style_state(self) -> None:
         palette = self.palette()
-        if self.state == DeviceState.OK:
-            self.state_label.setStyleSheet(f"color: {pal.hex_color(pal.muted(palette))};")
+        muted = pal.hex_color(pal.muted(palette))
+        greyed = f"color: {muted};" if self.stale_text else ""
+        for label in (self.memory_label, *(v for _, v in self._figure_labels())):
+            label.setStyleSheet(greyed)
+        self.gauge.set_stale(bool(self.stale_text))
+        if self.stale_text:
+            warn = pal.LEVEL_COLORS[pal.LEVEL_WARNING]
+            self.state_label.setStyleSheet(f"color: {warn}; font-weight: bold;")
+            self.message_label.setStyleSheet("")
+        elif self.state == DeviceState.OK:
+            self.state_label.setStyleSheet(f"color: {muted};")
             self.message_label.setStyleSheet("")
         else:
             crit = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
@@ -212,15 +245,32 @@ class GpuPanel(QFrame):
             self.message_label.setStyleSheet(
                 f"color: {crit}; border: 1px solid {crit}; border-radius: 6px; padding: 8px;")
 
+    def _figure_labels(self) -> tuple[tuple[QLabel, QLabel], ...]:
+        return (self.util_label, self.temp_label, self.power_label)
+
     # -- per snapshot: text only ------------------------------------------------------------
+    def set_stale(self, text: str | None, reason: str = "") -> None:
+        """Greyed with ``text`` ("disconnected since …") in place of "OK" while the
+        GPU's host is not connected (its last figures stay: never 0); None: live.
+        ``reason``: why, with what to do (the state's tooltip)."""
+        self.state_label.setToolTip(reason if text else "")
+        if text == self.stale_text:
+            return
+        self.stale_text = text
+        if self.state == DeviceState.OK:
+            self.state_label.setText(f"● {text}" if text else "● OK")
+        self._style_state()
+
     def update_sample(self, gpu: GpuSample) -> None:
         """Cheap per-snapshot update of the header, gauge and figures (no plotting)."""
-        ident = f"GPU {gpu.display_id}"
+        ident = f"GPU {split_id(gpu.display_id)[1]}"
         if self.title_label.text() != ident:
             self.title_label.setText(ident)
-        if self.name_label.text() != gpu.name:
-            self.name_label.setText(gpu.name)
-            self.name_label.setToolTip(f"{gpu.name}\nUUID: {gpu.uuid or NA}")
+        if self._name != gpu.name:
+            self._name = gpu.name
+            self._show_name()
+            where = f"\nHost: {self.host}" if self.host else ""
+            self.name_label.setToolTip(f"{gpu.name}\nUUID: {gpu.uuid or NA}{where}")
         self._gpu = gpu
         self._unattributed_now = gpu.unattributed_memory
         self._unattributed_reason = unknown_reason(gpu)
@@ -228,7 +278,7 @@ class GpuPanel(QFrame):
         self.state = gpu.state
         self.memory_total = gpu.memory_total
         if gpu.state == DeviceState.OK:
-            self.state_label.setText("● OK")
+            self.state_label.setText(f"● {self.stale_text}" if self.stale_text else "● OK")
             self.status_stack.setCurrentIndex(0)
             self.figures.setVisible(True)
             self.memory_label.setText(fmt_memory_usage(gpu.memory_used, gpu.memory_total))

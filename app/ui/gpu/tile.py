@@ -3,6 +3,7 @@
 With more GPUs than fit on screen the window shows one tile per GPU beside the
 selected GPU's full panel (as Task Manager's sidebar does); a click selects.
 One painted widget, no child labels: eight of them cost next to nothing per tick.
+A disconnected host's tile keeps its last figures, greyed, and says since when.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from app.core.monitor.hosts import split_id
 from app.core.monitor.samples import DeviceState, GpuSample
 from app.core.units import NA, fmt_bytes, fmt_percent
 from app.ui.style import palette as pal
@@ -33,7 +35,10 @@ class GpuTile(QWidget):
         self.setFixedHeight(HEIGHT_PX)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.selected = False
-        self.title = f"GPU {display_id}"
+        self.host, local_id = split_id(display_id)
+        self.title = f"GPU {local_id}"
+        #: "disconnected since 15:04:12" while its host's figures are the last known.
+        self.stale_text: str | None = None
         self.name = ""
         self.memory_text = NA
         self.util_text = NA
@@ -60,8 +65,21 @@ class GpuTile(QWidget):
         self.name, self.memory_text, self.util_text = name, memory, util
         self.fraction, self.state = gpu.memory_fraction, gpu.state
         if changed:
-            self.setToolTip(f"GPU {gpu.display_id}: {gpu.name}\n{memory}")
+            self._tip()
             self.update()
+
+    def set_stale(self, text: str | None) -> None:
+        """Greyed with ``text`` ("disconnected since …") while its host is not
+        connected; None: its figures are current."""
+        if text != self.stale_text:
+            self.stale_text = text
+            self._tip()
+            self.update()
+
+    def _tip(self) -> None:
+        where = f" on {self.host}" if self.host else ""
+        tip = f"{self.title}{where}: {self.name}\n{self.memory_text}"
+        self.setToolTip(f"{tip}\n{self.stale_text}" if self.stale_text else tip)
 
     def set_history(self, x: np.ndarray, used: np.ndarray, total: int | None,
                     span_s: float) -> None:
@@ -94,6 +112,8 @@ class GpuTile(QWidget):
 
         inner = box.adjusted(10, 6, -10, -6)
         fg, muted = pal.foreground(palette), pal.muted(palette)
+        if self.stale_text:
+            fg = muted
         bold = QFont(self.font())
         bold.setBold(True)
         painter.setFont(bold)
@@ -112,7 +132,7 @@ class GpuTile(QWidget):
 
         figures = QRectF(inner.left(), head.bottom() + 1, inner.width(), line_h)
         level = pal.level_for(self.fraction)
-        painter.setPen(fg if self.state is DeviceState.OK
+        painter.setPen(fg if self.state is DeviceState.OK or self.stale_text
                        else QColor(pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]))
         painter.drawText(figures, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
                          self.memory_text)
@@ -122,8 +142,26 @@ class GpuTile(QWidget):
 
         spark = QRectF(inner.left(), figures.bottom() + 4, inner.width(),
                        max(inner.bottom() - figures.bottom() - 4, 6))
-        self._paint_history(painter, spark, pal.level_color(level, palette), palette)
+        color = muted if self.stale_text else pal.level_color(level, palette)
+        self._paint_history(painter, spark, color, palette)
+        if self.stale_text:
+            self._paint_stale(painter, spark, palette)
         painter.end()
+
+    def _paint_stale(self, painter: QPainter, area: QRectF, palette) -> None:
+        """"disconnected since …" over the greyed history, on the tile's background."""
+        metrics = painter.fontMetrics()
+        text = metrics.elidedText(self.stale_text or "", Qt.TextElideMode.ElideRight,
+                                  int(area.width() - 8))
+        width = metrics.horizontalAdvance(text) + 8
+        back = QColor(palette.base().color())
+        back.setAlpha(215)
+        box = QRectF(area.left(), area.center().y() - metrics.height() / 2, width,
+                     metrics.height())
+        painter.fillRect(box, back)
+        painter.setPen(QColor(pal.LEVEL_COLORS[pal.LEVEL_WARNING]))
+        painter.drawText(box.adjusted(4, 0, 0, 0),
+                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
 
     def _paint_history(self, painter: QPainter, area: QRectF, color: QColor, palette) -> None:
         painter.setPen(Qt.PenStyle.NoPen)

@@ -4,7 +4,9 @@ Pages: General (sampling, history, theme, window behaviour, start at login),
 Alerts (notifications, default and per-GPU levels), Auto-unload (the unload
 policy's defaults), History (what is kept on disk, ``history_page``).
 Nothing is applied while the dialog is open; the caller applies and saves
-what :meth:`SettingsDialog.settings` returns.
+what :meth:`SettingsDialog.settings` returns.  The remote hosts have their
+own dialog (``hosts_dialog``): this one carries them over, even through
+Restore Defaults.  The per-GPU alert levels list every host's GPUs.
 """
 
 from __future__ import annotations
@@ -88,8 +90,9 @@ class SettingsDialog(QDialog):
                                    | QDialogButtonBox.StandardButton.RestoreDefaults, self)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
+        # Defaults for what this dialog shows; the hosts (Hosts…) are not its to reset.
         buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults).clicked.connect(
-            lambda: self.set_settings(UiSettings(), autostart=False))
+            lambda: self.set_settings(UiSettings(hosts=self._base.hosts), autostart=False))
         self.buttons = buttons
         lay.addWidget(buttons)
         self.set_settings(settings, autostart=autostart_enabled)

@@ -20,7 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.agent.protocol import IDLE_UNLOAD_MAX_S, IDLE_UNLOAD_MIN_S
-from app.core.policies.thresholds import ALERT_AT, REARM_AT
+from app.core.policies.thresholds import (
+    ALERT_AT,
+    POLICY_MIN_IDLE_MAX_S,
+    POLICY_MIN_INTERVAL_MAX_S,
+    POLICY_REARM_GAP,
+    POLICY_REARM_MAX,
+    POLICY_REARM_MIN,
+    POLICY_THRESHOLD_MAX,
+    POLICY_THRESHOLD_MIN,
+    REARM_AT,
+)
 from app.core.remote.address import parse_address
 from app.core.remote.host_config import MAX_HOSTS, HostConfig
 from app.core.store.tiers import Retention
@@ -64,9 +74,9 @@ def _flag(value: Any, default: bool) -> bool:
 def _level_pair(threshold: Any, rearm: Any, default_threshold: float,
                 default_rearm: float) -> tuple[float, float]:
     """A threshold and a re-arm level (fractions of total), re-arm kept below."""
-    t = round(_num(threshold, default_threshold, 0.10, 0.99), 4)
-    r = round(_num(rearm, default_rearm, 0.05, 0.98), 4)
-    return t, round(min(r, t - 0.01), 4)
+    t = round(_num(threshold, default_threshold, POLICY_THRESHOLD_MIN, POLICY_THRESHOLD_MAX), 4)
+    r = round(_num(rearm, default_rearm, POLICY_REARM_MIN, POLICY_REARM_MAX), 4)
+    return t, round(min(r, t - POLICY_REARM_GAP), 4)
 
 
 @dataclass
@@ -89,8 +99,9 @@ class AutoUnloadSettings:
         """Values clamped to sane ranges; re-arm kept below the threshold."""
         threshold, rearm = _level_pair(self.threshold, self.rearm, ALERT_AT, REARM_AT)
         return AutoUnloadSettings(_flag(self.enabled, True), threshold, rearm,
-                                  _num(self.min_idle_s, 300.0, 0.0, 7 * 86400.0),
-                                  _num(self.min_interval_s, 30.0, 0.0, 86400.0))
+                                  _num(self.min_idle_s, 300.0, 0.0, POLICY_MIN_IDLE_MAX_S),
+                                  _num(self.min_interval_s, 30.0, 0.0,
+                                       POLICY_MIN_INTERVAL_MAX_S))
 
     def summary(self) -> str:
         if not self.enabled:
@@ -261,7 +272,7 @@ def _hosts(value: Any) -> tuple[HostConfig, ...]:
     an error (the whole list keeps its default rather than losing one silently)."""
     if value is None:
         return ()
-    if not isinstance(value, list):
+    if not isinstance(value, (list, tuple)):  # a list on disk, a tuple from to_dict()
         raise ValueError("hosts: not a list")
     out: list[HostConfig] = []
     for item in value[:MAX_HOSTS]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import APP_NAME, __version__
+from app.ui.settings.host_list import watched_hosts
 
 if TYPE_CHECKING:
     from PySide6.QtGui import QIcon
@@ -171,13 +172,6 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
         sys.stderr.flush()
         os._exit(rc)
     return rc
-
-
-def watched_hosts(saved: Sequence[HostConfig], given: Sequence[HostConfig]
-                  ) -> list[HostConfig]:
-    """The saved hosts, then those given for this run that are not saved."""
-    urls = {h.url for h in saved}
-    return [*saved, *(h for h in given if h.url not in urls)]
 
 
 def _history_store(settings: UiSettings, history: History, enabled: bool

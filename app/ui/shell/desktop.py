@@ -10,7 +10,14 @@
   appear after the app started;
 * closing the window hides it in the tray when there is one (saying so the
   first time), and quits otherwise; "start minimised";
-* the settings dialog, applied live and saved with QSettings.
+* the settings dialog, applied live and saved with QSettings;
+* the Hosts dialog (``hosts_shell``): remote hosts added and removed, saved
+  and watched at once.
+
+Remote hosts count as this machine does: the tray shows the fullest GPU of
+any host with current figures, and alerts (memory, OOM reports, "full
+soon") name their host; a host's OOM reports arrive once, with its fresh
+view.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ from PySide6.QtWidgets import QApplication, QDialog
 from app import APP_NAME
 from app.core.control.requests import FreeCache, Reload, Unload, UnloadIdle
 from app.core.control.targets import idle_models, label_of
+from app.core.monitor.hosts import LOCAL, each_host, every_gpu, split_id
 from app.core.monitor.samples import Snapshot
-from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy
+from app.core.policies.alerts import Alert, AlertConfig, AlertPolicy, on_host
 from app.core.policies.pressure import UNLOAD as POLICY_UNLOAD
 from app.ui.agents.activity import ActivityEntry
 from app.ui.agents.auto_unload import notice_texts
@@ -36,8 +44,10 @@ from app.ui.doctor.texts import oom_line
 from app.ui.settings.dialog import GpuEntry, SettingsDialog
 from app.ui.settings.values import AlertSettings, UiSettings
 from app.ui.shell.controller import ControllerAdapter
+from app.ui.shell.hosts_shell import HostsShell
 from app.ui.shell.notifier import Channel, Notifier, PlatformAnswers, choose_channel, probe_platform
 from app.ui.shell.tray import TrayController, gpu_line
+from app.ui.style.hosts import gpu_text
 from app.ui.window.main_window import MainWindow
 
 log = logging.getLogger(__name__)
@@ -60,7 +70,7 @@ def alert_configs(settings: AlertSettings, snapshot: Snapshot | None
                        oom_alerts=settings.oom_alerts and settings.notifications,
                        retry_alerts=settings.retry_alerts and settings.notifications)
     per_gpu: dict[str, AlertConfig] = {}
-    for gpu in (snapshot.gpus if snapshot else ()):
+    for gpu in every_gpu(snapshot):  # a remote GPU's levels follow its UUID too
         own = settings.per_gpu.get(gpu.uuid or "") or settings.per_gpu.get(gpu.display_id)
         if own is not None:
             per_gpu[gpu.display_id] = dataclasses.replace(base, threshold=own.threshold,
@@ -68,11 +78,22 @@ def alert_configs(settings: AlertSettings, snapshot: Snapshot | None
     return base, per_gpu
 
 
-def report_alert(report: Any, now: float) -> Alert:
-    """The notification of an OOM report (the figures are the report's)."""
+def report_alert(report: Any, now: float, host: str = LOCAL) -> Alert:
+    """The notification of an OOM report (the figures are the report's), naming
+    its host when it is not this machine."""
     best = f" Best fix: {report.fixes[0].text}" if report.fixes else ""
-    return Alert("oom", report.gpu, report.title, f"{oom_line(report)}.{best}",
-                 pid=report.pid, time=now)
+    return Alert("oom", report.gpu, on_host(host, report.title), f"{oom_line(report)}.{best}",
+                 pid=report.pid, time=now, host=host)
+
+
+def new_reports(snapshot: Snapshot) -> dict[tuple[str, int], Any]:
+    """The OOM reports that arrived with ``snapshot``, by (host, pid): this
+    machine's, and each remote host's fresh view's (each arrives once)."""
+    reports: dict[tuple[str, int], Any] = {(LOCAL, r.pid): r for r in snapshot.oom_reports}
+    for view in snapshot.hosts:
+        if view.fresh and view.snapshot is not None:
+            reports.update(((view.key, r.pid), r) for r in view.snapshot.oom_reports)
+    return reports
 
 
 class DesktopShell(QObject):
@@ -100,7 +121,7 @@ class DesktopShell(QObject):
         self.notifier.show_requested.connect(self.show_window)
         self.notifier.action_requested.connect(self._on_notice_action)
         self.notifier.report_requested.connect(self.open_report)
-        self._reported: dict[int, str] = {}  # pid -> its latest OOM report's id
+        self._reported: dict[tuple[str, int], str] = {}  # (host, pid) -> its latest report
         self._full_soon: set[str] = set()  # GPUs whose "full soon" alert holds
         #: The run's first automatic unload has been told of; what it unloaded
         #: ((pid, model id, name, device), for "Reload now").
@@ -119,6 +140,10 @@ class DesktopShell(QObject):
         window.destroyed.connect(self._tray_poll.stop)  # the poll shows its finds in the window
         window.installEventFilter(self)
         window.settings_requested.connect(self.open_settings)
+        self.hosts = HostsShell(window, getattr(sampler, "fleet", None), self.save, self)
+        hosts_requested = getattr(window, "hosts_requested", None)
+        if hosts_requested is not None:
+            hosts_requested.connect(self.hosts.open)
         window.hint_banner.free_button.hide()
         self._apply_alert_settings()
 
@@ -201,25 +226,27 @@ class DesktopShell(QObject):
     # -- snapshots --------------------------------------------------------------------------
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self._latest = snapshot
-        ids = tuple(g.display_id for g in snapshot.gpus)
+        self.hosts.on_snapshot(snapshot)
+        ids = tuple(g.display_id for g in every_gpu(snapshot))
         if ids != self._gpu_ids:
             self._gpu_ids = ids
             self._apply_alert_settings()
-        reports = {r.pid: r for r in snapshot.oom_reports}
-        for r in reports.values():
-            self._reported[r.pid] = r.id
+        reports = new_reports(snapshot)
+        for key, r in reports.items():
+            self._reported[key] = r.id
         while len(self._reported) > 64:
             self._reported.pop(next(iter(self._reported)))
         for alert in self.policy.evaluate(snapshot):
             report_id = None
             if alert.kind == "oom" and alert.pid is not None:
-                report = reports.pop(alert.pid, None)
-                report_id = report.id if report is not None else self._reported.get(alert.pid)
+                report = reports.pop((alert.host, alert.pid), None)
+                report_id = report.id if report is not None \
+                    else self._reported.get((alert.host, alert.pid))
             self._alert(alert, report_id)
         cfg = self.policy.config
         if cfg.enabled and cfg.oom_alerts and not self.policy.paused(snapshot.monotonic):
-            for r in reports.values():  # its count's alert came earlier (or comes later)
-                self._alert(report_alert(r, snapshot.monotonic), r.id)
+            for (host, _pid), r in reports.items():  # its count's alert came earlier (or later)
+                self._alert(report_alert(r, snapshot.monotonic, host), r.id)
         self._retract_banner(snapshot)
         self._retract_full_soon(snapshot)
         self._notice_auto_unload(snapshot)
@@ -265,10 +292,12 @@ class DesktopShell(QObject):
         no current diagnosis says so of its GPU any more."""
         if not self._full_soon or snapshot.error is not None:
             return
-        held = {d.gpu for d in snapshot.diagnoses if d.kind == "full_soon"}
+        # A disconnected host's last findings still hold: nothing is known to have changed.
+        held = {d.gpu for _view, own in each_host(snapshot) for d in own.diagnoses
+                if d.kind == "full_soon"}
         for did in sorted(self._full_soon - held):
             self._full_soon.discard(did)
-            self.notifier.retract("full_soon", did)
+            self.notifier.retract("full_soon", did, host=split_id(did)[0])
 
     def open_report(self, report_id: str) -> None:
         """A notification's "Open report": the window, and the report in its dialog."""
@@ -297,7 +326,7 @@ class DesktopShell(QObject):
             did = next((g.display_id for g in snapshot.gpus
                         if (d.gpu_uuid and g.uuid == d.gpu_uuid)
                         or (not d.gpu_uuid and g.index == d.gpu)), str(d.gpu))
-            title, body = notice_texts(d, f"GPU {did}", lambda pid: label_of(snapshot, pid))
+            title, body = notice_texts(d, gpu_text(did), lambda pid: label_of(snapshot, pid))
             channel = self.notifier.notify_actions(
                 AUTO_UNLOAD_NOTICE, title, body,
                 [(RELOAD_NOW, "Reload now"), (AUTO_UNLOAD_OFF, "Turn off auto-unload")])
@@ -383,8 +412,9 @@ class DesktopShell(QObject):
 
     # -- settings -------------------------------------------------------------------------
     def gpu_entries(self) -> list[GpuEntry]:
-        gpus = self._latest.gpus if self._latest else ()
-        return [GpuEntry(g.uuid or g.display_id, gpu_line(g).rsplit(" · ", 1)[0]) for g in gpus]
+        """Every GPU the alerts watch, remote ones naming their host."""
+        return [GpuEntry(g.uuid or g.display_id, gpu_line(g).rsplit(" · ", 1)[0])
+                for g in every_gpu(self._latest)]
 
     def make_dialog(self) -> SettingsDialog:
         supported = self.autostart is not None and self.autostart.is_supported()
@@ -411,6 +441,8 @@ class DesktopShell(QObject):
             self.theme.apply(new.theme)
         if new.auto_unload != old.auto_unload:
             self.window.set_auto_unload(new.auto_unload)
+        if new.hosts != old.hosts:
+            self.hosts.watch(new.hosts)
         self._apply_alert_settings()
         if autostart is not None and self.autostart is not None:
             self._set_autostart(autostart)
@@ -435,4 +467,4 @@ class DesktopShell(QObject):
             log.warning("settings could not be written to %s", self.store.path)
 
 
-__all__ = ["DesktopShell", "alert_configs", "report_alert"]
+__all__ = ["DesktopShell", "alert_configs", "new_reports", "report_alert"]

@@ -259,6 +259,12 @@ class AlertBanner(QWidget):
         return super().event(event)
 
 
+def alert_key(kind: str, display_id: str | None, pid: int | None, host: str) -> str:
+    """What makes an alert the same alert: a repeat replaces its notification.
+    Pids are per host, so the host is part of it."""
+    return f"{kind}:{display_id}:{host}:{pid}"
+
+
 class Notifier(QObject):
     """Sends alerts through one channel; the others stay unused until :meth:`set_channel`."""
 
@@ -327,18 +333,19 @@ class Notifier(QObject):
         if self._tray_report is not None:
             self.report_requested.emit(self._tray_report)
 
-    def retract(self, kind: str, display_id: str | None, pid: int | None = None) -> None:
+    def retract(self, kind: str, display_id: str | None, pid: int | None = None,
+                host: str = "") -> None:
         """What an alert of ``kind`` said no longer holds: its notification is
         closed and its banner hidden."""
-        nid = self._ids.pop(f"{kind}:{display_id}:{pid}", 0)
+        nid = self._ids.pop(alert_key(kind, display_id, pid, host), 0)
         if nid and self.dbus is not None and hasattr(self.dbus, "close"):
             try:
                 self.dbus.close(nid)
             except Exception:
                 pass
         shown = self.banner.alert if self.banner is not None else None
-        if shown is not None and (shown.kind, shown.display_id, shown.pid) == (
-                kind, display_id, pid) and self.banner is not None:
+        if shown is not None and (shown.kind, shown.display_id, shown.pid, shown.host) == (
+                kind, display_id, pid, host) and self.banner is not None:
             self.banner.retract()
 
     def _send_dbus(self, alert: Alert, report_id: str | None = None) -> bool:
@@ -349,7 +356,7 @@ class Notifier(QObject):
             actions.insert(0, (FREE_ACTION, "Free caches"))
         if report_id is not None:
             actions.insert(0, (OPEN_REPORT_ACTION, "Open report"))
-        key = f"{alert.kind}:{alert.display_id}:{alert.pid}"
+        key = alert_key(alert.kind, alert.display_id, alert.pid, alert.host)
         try:
             nid = self.dbus.notify(
                 alert.title, alert.message, actions=actions,

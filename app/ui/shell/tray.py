@@ -2,9 +2,13 @@
 
 The icon is drawn live: a ring whose arc is the fullest GPU's used / total,
 coloured by level (the gauges' colours: blue, orange from 75 %, vermillion
-from 90 %), grey and empty when no figure is known.  The tooltip lists every
-GPU; the menu has a line per GPU, then the actions.  The icon is redrawn only
-when what it shows changes (whole percent, level), not on every sample.
+from 90 %), grey and empty when no figure is known.  The fullest GPU is that
+of any host with current figures (a disconnected host's last ones are not);
+with remote hosts the tooltip names it ("Fullest: gpu1 · GPU 2: 91 %").  The
+tooltip lists every GPU (a remote one with its host; a host that is not
+connected as one line saying so); the menu has the same lines, then the
+actions.  The icon is redrawn only when what it shows changes (whole
+percent, level), not on every sample.
 """
 
 from __future__ import annotations
@@ -16,13 +20,17 @@ from PySide6.QtGui import QAction, QColor, QIcon, QImage, QPainter, QPen, QPixma
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
 from app import APP_NAME
+from app.core.monitor.hosts import live_gpus, split_id
 from app.core.monitor.samples import DeviceState, GpuSample, Snapshot
 from app.core.units import fmt_bytes
 from app.ui.style import palette as pal
+from app.ui.style.hosts import state_text
 
 ICON_SIZES = (16, 22, 24, 32, 48, 64)
 TRACK = "#7F7F7F"
 FREE_ALL = "Free all"
+#: Past this many GPU lines, each remote host is one line (its fullest GPU).
+MAX_GPU_LINES = 16
 FREE_ALL_TIP = ("gc.collect() + torch.cuda.empty_cache() in every process with an agent, and "
                 "an unload of every model server's model that is not generating (through the "
                 "server's own API)")
@@ -40,10 +48,12 @@ def free_all_text(processes: int, server_models: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TrayState:
-    """What the icon shows: the fullest GPU's fraction (None: unknown) and its level."""
+    """What the icon shows: the fullest GPU's fraction (None: unknown) and its
+    level; ``where`` names that GPU ("GPU 0", "gpu1 · GPU 2")."""
 
     fraction: float | None
     level: str
+    where: str = ""
 
     @property
     def percent(self) -> int | None:
@@ -51,18 +61,27 @@ class TrayState:
 
 
 def fullest(snapshot: Snapshot | None) -> TrayState:
-    fractions = [g.memory_fraction for g in (snapshot.gpus if snapshot else ())
-                 if g.state is DeviceState.OK and g.memory_fraction is not None]
-    if not fractions:
+    """The fullest GPU of any host with current figures."""
+    known = [g for _host, g in live_gpus(snapshot)
+             if g.state is DeviceState.OK and g.memory_fraction is not None]
+    if not known:
         return TrayState(None, pal.LEVEL_UNKNOWN)
-    top = max(fractions)
-    return TrayState(top, pal.level_for(top))
+    top = max(known, key=lambda g: g.memory_fraction or 0.0)
+    fraction = top.memory_fraction or 0.0
+    return TrayState(fraction, pal.level_for(fraction), gpu_name(top))
+
+
+def gpu_name(gpu: GpuSample) -> str:
+    """"GPU 0" here, "gpu1 · GPU 0" on a remote host."""
+    own = f"GPU {split_id(gpu.display_id)[1]}"
+    return f"{gpu.host} · {own}" if gpu.host else own
 
 
 def gpu_line(gpu: GpuSample) -> str:
-    """``GPU 0 · RTX 4090 · 21.3 / 24.0 GiB (89 %)``; states other than OK are named."""
+    """``GPU 0 · RTX 4090 · 21.3 / 24.0 GiB (89 %)`` (``gpu1 · GPU 0 · …`` on a
+    remote host); states other than OK are named."""
     name = gpu.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
-    head = f"GPU {gpu.display_id} · {name}"
+    head = f"{gpu_name(gpu)} · {name}"
     if gpu.state is not DeviceState.OK:
         return f"{head} · {gpu.state.value.replace('_', ' ')}"
     if gpu.memory_used is None or gpu.memory_total is None:
@@ -70,6 +89,38 @@ def gpu_line(gpu: GpuSample) -> str:
     frac = gpu.memory_fraction
     pct = f" ({frac * 100:.0f} %)" if frac is not None else ""
     return f"{head} · {fmt_bytes(gpu.memory_used)} / {fmt_bytes(gpu.memory_total)}{pct}"
+
+
+def tray_lines(snapshot: Snapshot | None) -> list[tuple[str, str]]:
+    """(key, text) of the tooltip's and menu's lines: this machine's GPUs, then
+    each remote host's with current figures, or one line for a host that is
+    not connected (its last figures are not now's).  Past ``MAX_GPU_LINES``
+    GPUs, a remote host is one line: its fullest GPU."""
+    if snapshot is None:
+        return []
+    lines = [(g.display_id, gpu_line(g)) for g in snapshot.gpus]
+    live = sum(len(v.snapshot.gpus) for v in snapshot.hosts
+               if v.connected and v.snapshot is not None)
+    for view in snapshot.hosts:
+        if not view.connected or view.snapshot is None:
+            lines.append((f"@{view.key}", f"{view.key} · {state_text(view)}"))
+        elif len(snapshot.gpus) + live > MAX_GPU_LINES:
+            top = fullest_of(view.snapshot.gpus)
+            count = len(view.snapshot.gpus)
+            lines.append((f"@{view.key}", f"{view.key} · {count} GPU{'s' if count != 1 else ''}"
+                          + (f", fullest {top}" if top else "")))
+        else:
+            lines.extend((g.display_id, gpu_line(g)) for g in view.snapshot.gpus)
+    return lines
+
+
+def fullest_of(gpus: tuple[GpuSample, ...]) -> str:
+    """"GPU 2: 91 %" of the fullest of ``gpus`` ("" : no figure known)."""
+    known = [g for g in gpus if g.state is DeviceState.OK and g.memory_fraction is not None]
+    if not known:
+        return ""
+    top = max(known, key=lambda g: g.memory_fraction or 0.0)
+    return f"GPU {split_id(top.display_id)[1]}: {(top.memory_fraction or 0.0) * 100:.0f} %"
 
 
 def render_ring(state: TrayState, size: int) -> QImage:
@@ -153,11 +204,13 @@ class TrayController(QObject):
                 self.state is None or state.level != self.state.level):
             self.state = state
             self.icon.setIcon(tray_icon(state))
-        gpus = list(snapshot.gpus) if snapshot else []
-        lines = [gpu_line(g) for g in gpus]
+        lines = tray_lines(snapshot)
+        texts = [text for _key, text in lines]
+        if snapshot is not None and snapshot.hosts and state.percent is not None:
+            texts.insert(0, f"Fullest: {state.where}: {state.percent} %")
         why = (snapshot.error if snapshot else None) or "No GPU data"
-        self.icon.setToolTip("\n".join([APP_NAME, *lines]) if lines else f"{APP_NAME}\n{why}")
-        self._set_gpu_lines([(g.display_id, line) for g, line in zip(gpus, lines, strict=True)])
+        self.icon.setToolTip("\n".join([APP_NAME, *texts]) if lines else f"{APP_NAME}\n{why}")
+        self._set_gpu_lines(lines)
 
     def _set_gpu_lines(self, lines: list[tuple[str, str]]) -> None:
         ids = [did for did, _ in lines]
@@ -213,5 +266,5 @@ class TrayController(QObject):
             self.show_window_requested.emit()
 
 
-__all__ = ["TrayController", "TrayState", "free_all_text", "fullest", "gpu_line", "render_ring",
-           "tray_icon"]
+__all__ = ["TrayController", "TrayState", "free_all_text", "fullest", "gpu_line", "gpu_name",
+           "render_ring", "tray_icon", "tray_lines"]

@@ -8,12 +8,19 @@ Two arrangements, chosen from the room there is (never from the GPU count alone)
   compact tiles (used/total, SM %, a mini history) beside the selected GPU's
   full panel, as Task Manager's sidebar does.  A panel is made when first
   shown; hidden ones are not drawn.
+
+With remote hosts the GPUs are grouped by host, in both arrangements: this
+machine first (while it has GPUs), then the hosts in their configured order,
+each under a header (:class:`HostHeader`) that says whether it is connected and
+names its fullest GPU; within a group GPUs keep their index order.  A host
+still connecting has its header alone; a disconnected one keeps its last tiles
+and panels, greyed; a host removed loses them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -27,10 +34,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.monitor.history import History
+from app.core.monitor.hosts import LOCAL, HostView
 from app.core.monitor.plot_data import device_series
 from app.core.monitor.samples import GpuSample
 from app.ui.gpu.panel import MIN_HEIGHT, GpuPanel
 from app.ui.gpu.tile import GpuTile
+from app.ui.style.hosts import stale, state_text
+from app.ui.window.host_header import HostHeader
 from app.ui.window.texts import display_order
 
 TWO_COLUMNS_FROM = 1400  # px of the area's width, for the "all" arrangement
@@ -57,6 +67,13 @@ class GpuArea(QWidget):
         self.selected: str | None = None
         self.columns = 1
         self._tiles_drawn: tuple[float, float] | None = None  # (monotonic time, span)
+        #: The host groups shown, in order ("" = this machine), and their views.
+        self.groups: list[str] = []
+        self.views: dict[str, HostView] = {}
+        #: Each group's header over its panels ("all") and over its tiles ("overview").
+        self.headers: dict[str, HostHeader] = {}
+        self.strip_headers: dict[str, HostHeader] = {}
+        self._order: list[str] | None = None  # ordered(), until GPUs or groups change
 
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
@@ -94,11 +111,13 @@ class GpuArea(QWidget):
         row.addWidget(self.scroll, 1)
 
     # -- samples -------------------------------------------------------------------------
-    def update_gpus(self, gpus: Iterable[GpuSample]) -> None:
-        """Make, update and drop tiles (and the panels made so far) for ``gpus``.
+    def update_gpus(self, gpus: Iterable[GpuSample], hosts: Sequence[HostView] = ()) -> None:
+        """Make, update and drop tiles (and the panels made so far) for ``gpus``:
+        this machine's and every host's (``hosts``: their views, in order).
 
         A panel is made when it is first shown (:meth:`arrange`): behind the
         overview, a GPU costs a tile, not a plot."""
+        self.views = {v.key: v for v in hosts}
         seen: set[str] = set()
         added = False
         for gpu in gpus:
@@ -111,10 +130,13 @@ class GpuArea(QWidget):
                 tile.clicked.connect(self._on_tile_clicked)
                 added = True
             tile.set_sample(gpu)
+            tile.set_stale(self._stale(gpu)[0])
             panel = self.panels.get(did)
             if panel is not None:
-                panel.update_sample(gpu)
+                self._feed(panel, gpu)
         gone = [d for d in self.tiles if d not in seen]
+        if added or gone:
+            self._order = None
         for did in gone:
             self.tiles.pop(did).deleteLater()
             self.samples.pop(did, None)
@@ -122,21 +144,68 @@ class GpuArea(QWidget):
             if panel is not None:
                 self.grid.removeWidget(panel)
                 panel.deleteLater()
-        if added or gone:
+        regrouped = self._update_groups(hosts)
+        if added or gone or regrouped:
             if self.selected not in self.tiles:
                 self.selected = self.ordered()[0] if self.tiles else None
             self.arrange()
 
+    def _update_groups(self, hosts: Sequence[HostView]) -> bool:
+        """The groups' headers (only with remote hosts); whether the groups changed."""
+        groups: list[str] = []
+        if hosts:
+            if any(not s.host for s in self.samples.values()):
+                groups.append(LOCAL)
+            groups.extend(v.key for v in hosts)
+        changed = groups != self.groups
+        if changed:
+            self.groups, self._order = groups, None
+        grouped = [(k or LOCAL, d) for k, d in self._grouped(self.ordered())] if groups else []
+        for headers, compact in ((self.headers, False), (self.strip_headers, True)):
+            for key in [k for k in headers if k not in groups]:
+                headers.pop(key).deleteLater()
+            for key, dids in grouped:
+                header = headers.get(key)
+                if header is None:
+                    parent = self.tile_scroll.widget() if compact else self.panels_host
+                    header = headers[key] = HostHeader(key, compact, parent)
+                    header.hide()  # shown where arrange() puts it
+                header.set_group(self.views.get(key), [self.samples[d] for d in dids])
+        return changed
+
     def ordered(self) -> list[str]:
-        return sorted(self.tiles, key=display_order)
+        """Every GPU, by host group, then by index (never by fullness: nothing jumps)."""
+        if self._order is None:
+            hosts = [k for k in self.groups if k]
+            self._order = sorted(self.tiles, key=lambda did: display_order(did, hosts))
+        return list(self._order)
+
+    def _grouped(self, order: list[str]) -> list[tuple[str | None, list[str]]]:
+        """(group key, its GPUs) in order; one group without a header (None) when
+        there are no remote hosts."""
+        if not self.groups:
+            return [(None, order)]
+        return [(key, [d for d in order if self.samples[d].host == key]) for key in self.groups]
 
     def _panel(self, did: str) -> GpuPanel:
         """``did``'s panel, made (with the latest sample) on first use."""
         panel = self.panels.get(did)
         if panel is None:
             panel = self.panels[did] = self._make_panel(did)
-            panel.update_sample(self.samples[did])
+            self._feed(panel, self.samples[did])
         return panel
+
+    def _stale(self, gpu: GpuSample) -> tuple[str | None, str]:
+        """("disconnected since …", why) while ``gpu``'s host is not connected;
+        (None, "") while its figures are current."""
+        view = self.views.get(gpu.host)
+        if view is None or not stale(view):
+            return None, ""
+        return state_text(view), view.reason or ""
+
+    def _feed(self, panel: GpuPanel, gpu: GpuSample) -> None:
+        panel.set_stale(*self._stale(gpu))
+        panel.update_sample(gpu)
 
     # -- arrangement ---------------------------------------------------------------------
     def wanted_arrangement(self) -> tuple[str, int]:
@@ -145,10 +214,13 @@ class GpuArea(QWidget):
         if n <= 1 or not self.isVisible():
             return "all", 1  # a window never shown has no room to measure
         cols = 2 if self.width() >= TWO_COLUMNS_FROM else 1
-        rows = -(-n // cols)
+        groups = self._grouped(self.ordered())
+        rows = sum(-(-len(dids) // cols) for _, dids in groups)
         made = [p.minimumHeight() for p in self.panels.values()]
         unmade = [max(made, default=MIN_HEIGHT)] * (n - len(made))  # as tall as the tallest
-        need = sum(sorted(made + unmade, reverse=True)[:rows]) + (rows - 1) * self.grid.spacing()
+        spacing = self.grid.spacing()
+        need = sum(sorted(made + unmade, reverse=True)[:rows]) + (rows - 1) * spacing
+        need += sum(h.sizeHint().height() + spacing for h in self.headers.values())
         room = self.height()
         if room <= 0 or need <= room:
             return "all", cols
@@ -164,23 +236,29 @@ class GpuArea(QWidget):
             grid.takeAt(0)
         for r in range(grid.rowCount()):
             grid.setRowStretch(r, 0)
-        self.empty_label.setVisible(not self.tiles)
+        for header in self.headers.values():
+            header.hide()
+        self.empty_label.setVisible(not self.tiles and not self.headers)
+        order = self.ordered()
         if not self.tiles:
-            grid.addWidget(self.empty_label, 0, 0)
+            self._arrange_headers_only()
             self.tile_scroll.hide()
             return
-        order = self.ordered()
-        if arrangement == "overview":
-            shown = [self.selected or order[0]]
-        else:
-            shown = order
+        shown = [self.selected or order[0]] if arrangement == "overview" else order
         for did, panel in self.panels.items():
             panel.setVisible(did in shown)
-        for i, did in enumerate(shown):
-            panel = self._panel(did)
-            panel.setVisible(True)
-            grid.addWidget(panel, i // cols, i % cols)
-            grid.setRowStretch(i // cols, 1)  # the panels share the spare height
+        row = 0
+        for key, dids in self._grouped(order) if arrangement == "all" else [(None, shown)]:
+            if key is not None:
+                self.headers[key].show()
+                grid.addWidget(self.headers[key], row, 0, 1, cols)
+                row += 1
+            for i, did in enumerate(dids):
+                panel = self._panel(did)
+                panel.setVisible(True)
+                grid.addWidget(panel, row + i // cols, i % cols)
+                grid.setRowStretch(row + i // cols, 1)  # the panels share the spare height
+            row += -(-len(dids) // cols)
         for c in range(2):
             grid.setColumnStretch(c, 1 if c < cols else 0)
         self._arrange_tiles(order)
@@ -190,14 +268,32 @@ class GpuArea(QWidget):
         if changed:
             self.arrangement_changed.emit(arrangement)
 
+    def _arrange_headers_only(self) -> None:
+        """No GPU yet: the hosts' headers ("connecting…"), or the waiting line."""
+        grid = self.grid
+        if not self.headers:
+            grid.addWidget(self.empty_label, 0, 0)
+            return
+        for row, key in enumerate(self.groups):
+            self.headers[key].show()
+            grid.addWidget(self.headers[key], row, 0)
+        grid.setRowStretch(len(self.groups), 1)
+
     def _arrange_tiles(self, order: list[str]) -> None:
         lay = self.tiles_layout
         while lay.count():
             lay.takeAt(0)
-        for did in order:
-            tile = self.tiles[did]
-            tile.set_selected(did == self.selected)
-            lay.addWidget(tile)
+        for n, (key, dids) in enumerate(self._grouped(order)):
+            if key is not None:
+                header = self.strip_headers[key]
+                header.show()
+                if n:
+                    lay.addSpacing(8)  # a group apart from the one above
+                lay.addWidget(header)
+            for did in dids:
+                tile = self.tiles[did]
+                tile.set_selected(did == self.selected)
+                lay.addWidget(tile)
         lay.addStretch(1)
 
     def resizeEvent(self, event) -> None:  # noqa: N802

@@ -15,7 +15,6 @@ from collections.abc import Hashable
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
-    QComboBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -31,11 +30,11 @@ from PySide6.QtWidgets import (
 from app.core.agents.events import MarkerRing
 from app.core.control.records import CacheAction, ModelAction
 from app.core.monitor.history import History
+from app.core.monitor.hosts import each_host, every_gpu, split_id
 from app.core.monitor.plot_data import build_plot_data
 from app.core.monitor.samples import Snapshot
 from app.ui.agents.activity import ActivityLog
 from app.ui.agents.agent_views import ProcessDetailView
-from app.ui.agents.auto_unload import AutoUnloadControl
 from app.ui.gpu.panel import GpuPanel
 from app.ui.settings.values import UiSettings
 from app.ui.shell.controller import ControllerAdapter
@@ -44,29 +43,28 @@ from app.ui.style import palette as pal
 from app.ui.window.action_views import ActionViews
 from app.ui.window.activity_views import ActivityViews
 from app.ui.window.gpu_area import GpuArea
+from app.ui.window.gpu_feed import feed_agents, feed_gpu_area
+from app.ui.window.local_problem import LocalProblemBar
 from app.ui.window.no_driver import NoDriverView
 from app.ui.window.process_table import ProcessTable
 from app.ui.window.texts import (
     folder_notice_title,
     median_period,
-    source_text,
     span_text,
+    status_texts,
     summary_texts,
 )
+from app.ui.window.top_bar import APP_TITLE, SPANS, TopBar
 
-APP_TITLE = "VRAM Steward"
-
-SPANS: tuple[tuple[str, float], ...] = (
-    ("1 min", 60.0),
-    ("10 min", 600.0),
-    ("1 h", 3600.0),
-    ("24 h", 86400.0),
-)
 
 class MainWindow(ActionViews, ActivityViews, QMainWindow):
     demo_requested = Signal()
     retry_requested = Signal()
     settings_requested = Signal()
+    #: The "Hosts…" button: the dialog that adds and removes remote hosts.
+    hosts_requested = Signal()
+    #: The hosts given with ``--host`` (set by the application; shown, not saved).
+    cli_hosts: tuple = ()
 
     def __init__(self, history: History, span_s: float = 600.0, parent: QWidget | None = None,
                  settings: UiSettings | None = None,
@@ -120,39 +118,19 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         page.setContentsMargins(16, 12, 16, 8)
         page.setSpacing(10)
 
-        top = QHBoxLayout()
-        top.setSpacing(12)
-        self.title_label = QLabel(APP_TITLE, self.monitor_page)
-        self.title_label.setObjectName("appTitle")
-        tf = self.title_label.font()
-        tf.setBold(True)
-        tf.setPointSizeF(tf.pointSizeF() * 1.35)
-        self.title_label.setFont(tf)
-        self.summary_label = QLabel("", self.monitor_page)
-        self.summary_label.setObjectName("secondary")
-        range_label = QLabel("Time range", self.monitor_page)
-        range_label.setObjectName("secondary")
-        self.span_combo = QComboBox(self.monitor_page)
-        self.span_combo.setObjectName("spanCombo")
-        for text, seconds in SPANS:
-            self.span_combo.addItem(text, seconds)
-        self.span_combo.setToolTip("How much history the graphs show")
-        range_label.setBuddy(self.span_combo)
-        self.auto_unload = AutoUnloadControl(self.settings.auto_unload, self.monitor_page)
+        self.top_bar = top = TopBar(self.settings.auto_unload, self.monitor_page)
+        self.title_label, self.summary_label = top.title_label, top.summary_label
+        self.span_combo, self.auto_unload = top.span_combo, top.auto_unload
+        self.settings_button, self.hosts_button = top.settings_button, top.hosts_button
         self.auto_unload.settings_changed.connect(self.set_auto_unload)
-        self.auto_unload.setVisible(False)  # shown once agents report
-        top.addWidget(self.title_label)
-        top.addWidget(self.summary_label, 1, Qt.AlignmentFlag.AlignBottom)
-        top.addWidget(self.auto_unload)
-        top.addSpacing(8)
-        top.addWidget(range_label)
-        top.addWidget(self.span_combo)
-        self.settings_button = QPushButton("Settings…", self.monitor_page)
-        self.settings_button.setObjectName("settingsButton")
-        self.settings_button.setToolTip("Sampling, alerts, theme, start-up and auto-unload")
         self.settings_button.clicked.connect(self.settings_requested)
-        top.addWidget(self.settings_button)
-        page.addLayout(top)
+        self.hosts_button.clicked.connect(self.hosts_requested)
+        page.addWidget(top)
+        # This machine's problem in one line while remote hosts' GPUs fill the area.
+        self.local_problem = LocalProblemBar(self.monitor_page)
+        self.local_problem.demo_requested.connect(self.demo_requested)
+        self.local_problem.retry_requested.connect(self.retry_requested)
+        page.addWidget(self.local_problem)
 
         self.splitter = QSplitter(Qt.Orientation.Vertical, self.monitor_page)
         self.splitter.setChildrenCollapsible(False)
@@ -293,35 +271,28 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.history.add(snapshot)
         self._latest = snapshot
         self._dirty = True
-        if snapshot.gpus:
+        if snapshot.gpus or snapshot.hosts:
             self._arrivals.append(snapshot.monotonic)
         self._update_status(snapshot)
 
-        if snapshot.error and not snapshot.gpus:
+        local_down = bool(snapshot.error) and not snapshot.gpus
+        if local_down and not snapshot.hosts:
             self.no_driver_view.set_reason(snapshot.error)
             self.stack.setCurrentWidget(self.no_driver_view)
             return
+        # Remote hosts' GPUs fill the page; this machine's problem is one line.
+        self.local_problem.show_problem(snapshot.error if local_down else None)
         self.stack.setCurrentWidget(self.monitor_page)
 
         agents = snapshot.agents
-        busy = self.controller.busy_pids()
-        can_act = self.controller.available
-        area = self.gpu_area
-        area.update_gpus(snapshot.gpus)
-        for gpu in snapshot.gpus:
-            panel = self._panels.get(gpu.display_id)
-            if panel is None:
-                continue  # behind the overview, not made yet
-            if agents or not panel.agent_section.isHidden():
-                gpu_busy = bool(busy) and any(p.pid in busy for p in gpu.processes)
-                panel.update_agents(gpu, agents, gpu_busy, can_act)
-        if area.tiles and area.wanted_arrangement() != (area.arrangement, area.columns):
-            area.arrange()  # a panel's minimum height changed (its PyTorch section)
+        feed_gpu_area(self.gpu_area, snapshot, self.controller)
         self.table.update_snapshot(snapshot)
         self._update_summary(snapshot)
-        if (agents or snapshot.servers) and self.details_button.isHidden():
+        if (agents or snapshot.servers) and self.auto_unload.isHidden():
+            self.auto_unload.setVisible(True)  # this machine's policy: its agents only
+        if self.details_button.isHidden() and any(
+                s.agents or s.servers for _, s in each_host(snapshot)):
             self.details_button.setVisible(True)
-            self.auto_unload.setVisible(True)
         self._update_details_button()
         self._measure(snapshot)  # the controller measures finished actions
         if snapshot.model_events:
@@ -331,7 +302,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self._show_measured_models()
         self._on_diagnoses(snapshot)
         if self.details is not None and self.details.isVisible():
-            self._update_details(snapshot, self.details.pid in busy, can_act)
+            self._update_details(snapshot)  # with its host's busy set
 
     @Slot()
     def refresh(self, force: bool = False) -> None:
@@ -413,10 +384,13 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         if display_id is not None:
             self.gpu_area.select_gpu(display_id)
 
-    def open_details(self, pid: int) -> ProcessDetailView:
-        view = super().open_details(pid)
+    def open_details(self, pid: int, host: str = "") -> ProcessDetailView:
+        view = super().open_details(pid, host)
         view.record_view.set_controller(self.controller)  # its recordings' updates
         return view
+
+    def _open_panel_details(self, host: str, pid: int) -> None:
+        self.open_details(pid, host)
 
     def _make_panel(self, did: str) -> GpuPanel:
         panel = GpuPanel(did, self.gpu_area.panels_host, colors=self.process_colors)
@@ -424,11 +398,12 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         if self._selection and self._selection[0] == did:
             panel.highlight(self._selection[1])
         panel.agent_section.free_all_requested.connect(functools.partial(self.free_all_caches, did))
-        panel.agent_section.details_requested.connect(self.open_details)
-        latest = self._latest
-        gpu = next((g for g in latest.gpus if g.display_id == did), None) if latest else None
-        if gpu is not None and latest is not None and latest.agents:
-            panel.update_agents(gpu, latest.agents, False, self.controller.available)
+        # A panel's processes are its GPU's host's: their pids mean nothing elsewhere.
+        panel.agent_section.details_requested.connect(
+            functools.partial(self._open_panel_details, split_id(did)[0]))
+        gpu = next((g for g in every_gpu(self._latest) if g.display_id == did), None)
+        if gpu is not None:
+            feed_agents(panel, gpu, self._latest, self.controller)
         return panel
 
     def resizeEvent(self, event) -> None:  # noqa: N802
@@ -442,25 +417,15 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
     def _update_status(self, snapshot: Snapshot) -> None:
         demo = snapshot.source == "demo"
         self.setWindowTitle(f"{APP_TITLE} — demo" if demo else APP_TITLE)
-        source = source_text(snapshot)
-        if snapshot.error and not snapshot.gpus:
-            self.source_label.setText(f"{source}: unavailable")
-            self.period_label.setText("")
-            self.cost_label.setText("")
-            self.problem_label.setText("")
-            return
-        self.source_label.setText(source)
         period = median_period(self._arrivals, self.history.config.period_s)
-        self.period_label.setText(f"Sampling every {period * 1000:.0f} ms")
-        self.cost_label.setText(f"· a sample takes {snapshot.sample_cost * 1000:.1f} ms")
-        if snapshot.error and snapshot.gpus:
-            self.problem_label.setText(f"⚠ {snapshot.error}")
-        else:
-            self.problem_label.setText("")
+        texts = status_texts(snapshot, period)
+        for label, text in zip((self.source_label, self.period_label, self.cost_label,
+                                self.problem_label), texts, strict=True):
+            label.setText(text)
 
     def _update_summary(self, snapshot: Snapshot) -> None:
         summary, count = summary_texts(snapshot)
-        self.summary_label.setText(summary)
+        self.top_bar.set_summary(summary)
         self.process_count_label.setText(count)
 
     def changeEvent(self, event) -> None:  # noqa: N802

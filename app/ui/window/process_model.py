@@ -1,9 +1,13 @@
 """The process table's model: rows of the latest snapshot, sorted and diff-updated.
 
 Rows are keyed by ``(display_id, pid, create_time)`` so a pid reused by a new
-process is a new row.  Updates are incremental (``beginRemoveRows`` for
-departures, ``dataChanged`` for rows whose figures changed, ``beginInsertRows``
-for arrivals), so the selection and the scroll position survive every tick.
+process is a new row (a remote GPU's display_id names its host: two hosts'
+pid 1234 are two rows).  Rows come from this machine and from every remote
+host (:func:`app.core.monitor.hosts.each_host`), a disconnected host's last
+rows included: greyed, saying since when, their figures the last known.
+Updates are incremental (``beginRemoveRows`` for departures, ``dataChanged``
+for rows whose figures changed, ``beginInsertRows`` for arrivals), so the
+selection and the scroll position survive every tick.
 The unattributed rows are updated in place like process rows, but are not
 selectable.
 
@@ -21,9 +25,11 @@ from collections.abc import Hashable, Mapping
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QColor, QGuiApplication
 
+from app.core.monitor.hosts import HostView, each_host
 from app.core.monitor.samples import ProcessSample, Snapshot
 from app.ui.gpu.unattributed import row_shown
 from app.ui.style import palette as pal
+from app.ui.style.hosts import stale, state_text
 from app.ui.window.process_rows import (
     AGENT_ROLE,
     COL_AGENT,
@@ -31,16 +37,19 @@ from app.ui.window.process_rows import (
     COLUMN_TIPS,
     COLUMNS,
     ENDED_TIP,
+    HOST_ROLE,
     KEY_ROLE,
     LARGEST_FIRST,
     NUMERIC,
     SERVER_ROLE,
     SORT_ROLE,
+    STALE_ROLE,
     ProcessRow,
     RowKey,
     UnattributedRow,
     agent_icon,
     italic,
+    stale_tooltip,
     swatch_icon,
     unattributed_row,
 )
@@ -202,6 +211,10 @@ class ProcessTableModel(QAbstractTableModel):
             return None if ended else row.agent
         if role == SERVER_ROLE:
             return None if ended else row.server
+        if role == HOST_ROLE:
+            return row.host
+        if role == STALE_ROLE:
+            return row.stale
         return None
 
     # -- direct access ----------------------------------------------------------------
@@ -220,31 +233,17 @@ class ProcessTableModel(QAbstractTableModel):
     def keys(self) -> list[RowKey]:
         return [r.key for r in self._rows]
 
+    def host_texts(self) -> set[str]:
+        """Every Host cell's text (the view sizes the column to them)."""
+        return {r.host_text() for r in self._rows}
+
     # -- updating -----------------------------------------------------------------------
     def update_snapshot(self, snapshot: Snapshot) -> None:
-        """Bring the rows in line with ``snapshot`` with the smallest set of model signals."""
-        now = snapshot.timestamp
-        agents = snapshot.agents
-        servers = {pid: s for s in snapshot.servers for pid in (s.pid, *s.pids)}
+        """Bring the rows in line with ``snapshot`` (this machine's and every
+        remote host's) with the smallest set of model signals."""
         fresh: dict[RowKey, ProcessRow | UnattributedRow] = {}
-        for gpu in snapshot.gpus:
-            order = (gpu.index, -1 if gpu.mig_index is None else gpu.mig_index)
-            if row_shown(gpu, snapshot):
-                rest = unattributed_row(gpu, order)
-                fresh[rest.key] = rest
-            note = gpu.notes.get("processes") or gpu.notes.get("gpu_memory")
-            for p in gpu.processes:
-                uptime = None
-                if p.create_time is not None and math.isfinite(p.create_time):
-                    uptime = max(0.0, now - p.create_time)
-                row = ProcessRow(gpu.display_id, order, p, gpu.memory_total, uptime, note,
-                                 server=servers.get(p.pid) if servers else None, now=now)
-                if agents:
-                    report = agents.get(p.pid)
-                    if report is not None:
-                        row.agent = report
-                        row.device = report.device_for_gpu(gpu.index, gpu.uuid)
-                fresh[row.key] = row
+        for rank, (view, snap) in enumerate(each_host(snapshot)):
+            _host_rows(fresh, snap, rank, view)
 
         # Departures: removed in contiguous blocks from the bottom up, or, while held,
         # kept in place as ended.  A held row that comes back is live again.
@@ -300,6 +299,37 @@ class ProcessTableModel(QAbstractTableModel):
             self.endRemoveRows()
         if rows:
             self._index = {r.key: i for i, r in enumerate(self._rows)}
+
+
+def _host_rows(fresh: dict[RowKey, ProcessRow | UnattributedRow], snapshot: Snapshot,
+               rank: int, view: HostView | None) -> None:
+    """The rows of one host's ``snapshot`` into ``fresh``: its agents and model
+    servers are its own (pids are the host's); a disconnected host's rows say so."""
+    host = "" if view is None else view.key
+    late = state_text(view) if view is not None and stale(view) else None
+    late_tip = None if view is None or late is None else stale_tooltip(host, late, view.reason)
+    now = snapshot.timestamp
+    agents = snapshot.agents
+    servers = {pid: s for s in snapshot.servers for pid in (s.pid, *s.pids)}
+    for gpu in snapshot.gpus:
+        order = (rank, gpu.index, -1 if gpu.mig_index is None else gpu.mig_index)
+        if row_shown(gpu, snapshot):
+            rest = unattributed_row(gpu, order, host, late, late_tip)
+            fresh[rest.key] = rest
+        note = gpu.notes.get("processes") or gpu.notes.get("gpu_memory")
+        for p in gpu.processes:
+            uptime = None
+            if p.create_time is not None and math.isfinite(p.create_time):
+                uptime = max(0.0, now - p.create_time)
+            row = ProcessRow(gpu.display_id, order, p, gpu.memory_total, uptime, note,
+                             server=servers.get(p.pid) if servers else None, now=now,
+                             host=host, stale=late, stale_tip=late_tip)
+            if agents:
+                report = agents.get(p.pid)
+                if report is not None:
+                    row.agent = report
+                    row.device = report.device_for_gpu(gpu.index, gpu.uuid)
+            fresh[row.key] = row
 
 
 def _changed_columns(old: ProcessRow | UnattributedRow,

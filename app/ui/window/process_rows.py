@@ -1,11 +1,16 @@
 """The process table's columns and rows: what each cell shows, sorts by and explains.
 
-A :class:`ProcessRow` is one (GPU, process) of the latest snapshot (a model
-server's process is named by its server: "Ollama 0.12.3 (server)", "Ollama
-runner · qwen2.5:7b"); an
+A :class:`ProcessRow` is one (GPU, process) of the latest snapshot, of this
+machine or of a remote host (a model server's process is named by its server:
+"Ollama 0.12.3 (server)", "Ollama runner · qwen2.5:7b"); an
 :class:`UnattributedRow` is a GPU's used memory no listed process holds
 (:mod:`app.ui.gpu.unattributed`), keyed ``(display_id, UNATTRIBUTED_KEY, None)``:
 a string where a pid would be, so it never equals a process's key.
+
+Pids are only unique per host: a row's key starts with its GPU's window-wide
+id, which names the host (``"0@gpu1"``), so two hosts' pid 1234 on their GPU
+0 are two rows.  A disconnected host's rows keep its last figures, greyed,
+and say since when (``ProcessRow.stale``).
 """
 
 from __future__ import annotations
@@ -17,21 +22,25 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
 
 from app.core.agents.types import AgentReport, DeviceMemory
+from app.core.monitor.hosts import split_id
 from app.core.monitor.samples import Container, GpuSample, HostStatus, ProcessSample
 from app.core.servers.types import ModelServer
 from app.core.units import NA, fmt_bytes, fmt_duration, fmt_percent
 from app.ui.agents.server_texts import process_name, server_tooltip
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY, explanation, unknown_reason
 from app.ui.style import palette as pal
+from app.ui.style.hosts import host_label
 
 # (gpu display_id, pid, create_time); (display_id, UNATTRIBUTED_KEY, None) for the
-# unattributed row.
+# unattributed row.  A remote GPU's display_id names its host ("0@gpu1").
 RowKey = tuple[str, int | str, float | None]
+# (host rank: this machine 0, then the hosts in order; GPU index; MIG index or -1)
+GpuOrder = tuple[int, int, int]
 
-COLUMNS = ("GPU", "PID", "User", "Container", "Command", "PyTorch", "VRAM", "Cache", "% of GPU",
-           "SM %", "CPU %", "RSS", "Uptime")
-(COL_GPU, COL_PID, COL_USER, COL_CONTAINER, COL_COMMAND, COL_AGENT, COL_VRAM, COL_CACHE, COL_PCT,
- COL_SM, COL_CPU, COL_RSS, COL_UPTIME) = range(len(COLUMNS))
+COLUMNS = ("Host", "GPU", "PID", "User", "Container", "Command", "PyTorch", "VRAM", "Cache",
+           "% of GPU", "SM %", "CPU %", "RSS", "Uptime")
+(COL_HOST, COL_GPU, COL_PID, COL_USER, COL_CONTAINER, COL_COMMAND, COL_AGENT, COL_VRAM, COL_CACHE,
+ COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME) = range(len(COLUMNS))
 NUMERIC = {COL_PID, COL_VRAM, COL_CACHE, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
 #: Columns whose first click sorts largest first (a pid is looked up, not ranked).
 LARGEST_FIRST = NUMERIC - {COL_PID}
@@ -43,8 +52,11 @@ SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
 KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # (display_id, (pid, create_time))
 AGENT_ROLE = Qt.ItemDataRole.UserRole + 3  # the process's AgentReport, or None
 SERVER_ROLE = Qt.ItemDataRole.UserRole + 4  # the ModelServer holding the process, or None
+HOST_ROLE = Qt.ItemDataRole.UserRole + 5  # the row's host key ("" this machine)
+STALE_ROLE = Qt.ItemDataRole.UserRole + 6  # why its figures are not current, or None
 
 COLUMN_TIPS = {
+    COL_HOST: "The machine the process runs on",
     COL_VRAM: "GPU memory used by this process on this GPU",
     COL_PCT: "This process's share of the GPU's total memory",
     COL_SM: "Share of the GPU's streaming multiprocessors (recent average)",
@@ -65,6 +77,13 @@ COMMAND_CHARS = 22  # characters the command keeps however narrow the table (it 
 SWATCH = 10  # px, the side of a row's colour square
 
 _NO_AGENT = "No VRAM Steward agent in this process: PyTorch figures unknown"
+
+
+def stale_tooltip(host: str, state: str, reason: str | None) -> str:
+    """A disconnected host's rows: since when, why, and that the figures are its last."""
+    why = f"\n{reason}" if reason else ""
+    return (f"{host_label(host)}: {state}{why}\nThe figures are the last it sent; "
+            "actions wait until it is connected again.")
 
 
 def container_tooltip(c: Container) -> str:
@@ -124,10 +143,29 @@ def swatch_icon(color: QColor | None, size: int = 16):
 _SWATCHES: dict = {}
 
 
-@dataclass(slots=True)
-class ProcessRow:
+class _HostCells:
+    """The host cells every row shares: its host, and whether its figures are stale."""
+
+    __slots__ = ()
     display_id: str
-    gpu_order: tuple[int, int]  # (index, mig index or -1): numeric GPU sort
+    host: str
+    stale: str | None
+    stale_tip: str | None
+
+    def host_text(self) -> str:
+        """"gpu1", "this machine", "gpu1 · disconnected since 15:04:12"."""
+        label = host_label(self.host)
+        return label if self.stale is None else f"{label} · {self.stale}"
+
+    def gpu_text(self) -> str:
+        """The GPU as its host numbers it (the Host column names the host)."""
+        return split_id(self.display_id)[1]
+
+
+@dataclass(slots=True)
+class ProcessRow(_HostCells):
+    display_id: str
+    gpu_order: GpuOrder  # (host rank, index, mig index or -1): numeric GPU sort
     proc: ProcessSample
     memory_total: int | None
     uptime: float | None
@@ -136,16 +174,19 @@ class ProcessRow:
     device: DeviceMemory | None = None  # the agent's allocator figures for this GPU
     server: ModelServer | None = None  # the model server the process is (or works for)
     now: float = 0.0  # the snapshot's time (the server's idle clocks in the tooltip)
+    host: str = ""  # the host key ("" this machine)
+    stale: str | None = None  # "disconnected since 15:04:12": the figures are the last known
+    stale_tip: str | None = None
 
     def signature(self) -> tuple:
         # As shown ("4 min 05 s", "3 h 02 min"): an hours-old process repaints once a
         # minute, not every second.
         return (self.proc, self.memory_total, fmt_duration(self.uptime), self.gpu_note,
-                self._agent_signature(), self._server_name())
+                self._agent_signature(), self._server_name(), self.stale, self.stale_tip)
 
     def _server_name(self) -> str | None:
         s = self.server
-        return None if s is None else process_name(s, self.proc.pid, self.gpu_order[0])
+        return None if s is None else process_name(s, self.proc.pid, self.gpu_order[1])
 
     def command_text(self) -> str | None:
         """The server's name for its processes, else the command line (or name)."""
@@ -164,7 +205,7 @@ class ProcessRow:
         shown = tuple(fmt_duration(self.uptime) if col == COL_UPTIME else self.raw(col)
                       for col in range(len(COLUMNS)))
         return (*shown, p.host_status, p.name, self.gpu_note, self.memory_total,
-                self._agent_signature(), self.server is not None)
+                self._agent_signature(), self.server is not None, self.stale, self.stale_tip)
 
     @property
     def key(self) -> RowKey:
@@ -182,6 +223,8 @@ class ProcessRow:
 
     def raw(self, col: int):
         p = self.proc
+        if col == COL_HOST:
+            return (self.gpu_order[0], self.host_text().lower())
         if col == COL_GPU:
             return self.gpu_order
         if col == COL_PID:
@@ -221,8 +264,10 @@ class ProcessRow:
     def text(self, col: int) -> str:
         p = self.proc
         status = p.host_status
+        if col == COL_HOST:
+            return self.host_text()
         if col == COL_GPU:
-            return self.display_id
+            return self.gpu_text()
         if col == COL_PID:
             return str(p.pid)
         if col == COL_USER:
@@ -257,7 +302,15 @@ class ProcessRow:
         return str(value)
 
     def tooltip(self, col: int) -> str | None:
+        tip = self._tooltip(col)
+        if self.stale_tip is None:
+            return tip
+        return self.stale_tip if not tip else f"{self.stale_tip}\n\n{tip}"
+
+    def _tooltip(self, col: int) -> str | None:
         p = self.proc
+        if col == COL_HOST:
+            return COLUMN_TIPS[col]
         if col == COL_COMMAND:
             parts = [p.command or p.name or NA]
             if p.host_status.label:
@@ -267,6 +320,8 @@ class ProcessRow:
                 parts = [*server_tooltip(self.server, p.pid, self.now), "", *parts,
                          "Double-click the row for its models; right-click to unload them"]
             return "\n".join(parts)
+        if col == COL_GPU and self.host:
+            return f"GPU {self.gpu_text()} of {self.host} ({self.display_id})"
         if col in (COL_GPU, COL_PID):
             return None
         if col == COL_AGENT:
@@ -305,7 +360,9 @@ class ProcessRow:
         return "\n".join(lines)
 
     def is_unknown(self, col: int) -> bool:
-        if col in (COL_GPU, COL_PID, COL_CONTAINER):
+        if self.stale is not None:
+            return True  # greyed as a whole: its host's last figures
+        if col in (COL_HOST, COL_GPU, COL_PID, COL_CONTAINER):
             return False
         if col == COL_AGENT:
             return self.agent is not None and self.agent.torch is None
@@ -318,24 +375,27 @@ class ProcessRow:
 
 
 @dataclass(slots=True)
-class UnattributedRow:
+class UnattributedRow(_HostCells):
     """One GPU's used memory that no listed process holds (``GpuSample.unattributed_memory``).
 
     Not a process: no pid, no host figures (blank, not n/a: they do not apply),
     never selectable, no agent.  Shown in italics and muted."""
 
     display_id: str
-    gpu_order: tuple[int, int]
+    gpu_order: GpuOrder
     memory: int | None  # the core's figure, never recomputed here
     memory_total: int | None
     reason: str | None  # why ``memory`` is unknown
+    host: str = ""
+    stale: str | None = None
+    stale_tip: str | None = None
     agent: None = None
     device: None = None
     proc: None = None
     server: None = None
 
     def signature(self) -> tuple:
-        return (self.memory, self.memory_total, self.reason)
+        return (self.memory, self.memory_total, self.reason, self.stale, self.stale_tip)
 
     @property
     def key(self) -> RowKey:
@@ -350,6 +410,8 @@ class UnattributedRow:
         return (1, 0)  # after the processes it ties with
 
     def raw(self, col: int):
+        if col == COL_HOST:
+            return (self.gpu_order[0], self.host_text().lower())
         if col == COL_GPU:
             return self.gpu_order
         if col == COL_VRAM:
@@ -361,8 +423,10 @@ class UnattributedRow:
         return None
 
     def text(self, col: int) -> str:
+        if col == COL_HOST:
+            return self.host_text()
         if col == COL_GPU:
-            return self.display_id
+            return self.gpu_text()
         if col == COL_COMMAND:
             return UNATTRIBUTED_TEXT
         if col == COL_VRAM:
@@ -373,15 +437,17 @@ class UnattributedRow:
         return ""
 
     def tooltip(self, col: int) -> str:
-        return explanation(self.display_id, self.memory, self.reason)
+        tip = explanation(self.display_id, self.memory, self.reason)
+        return tip if self.stale_tip is None else f"{self.stale_tip}\n\n{tip}"
 
     def is_unknown(self, col: int) -> bool:
         return True  # the whole row is muted: it is a remainder, not a process
 
 
-def unattributed_row(gpu: GpuSample, order: tuple[int, int]) -> UnattributedRow:
+def unattributed_row(gpu: GpuSample, order: GpuOrder, host: str = "",
+                     stale: str | None = None, stale_tip: str | None = None) -> UnattributedRow:
     return UnattributedRow(gpu.display_id, order, gpu.unattributed_memory, gpu.memory_total,
-                            unknown_reason(gpu))
+                           unknown_reason(gpu), host, stale, stale_tip)
 
 
 def italic(font: QFont) -> QFont:

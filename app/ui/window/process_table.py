@@ -10,6 +10,11 @@ their sorted order :data:`RESUME_MS` after it left.  Selection, double-click and
 context menu act on the process of the row, never on a row number.  A model
 server's row offers its models' Unload (or Reload) in its menu, through
 :attr:`ProcessTable.request`.
+
+Rows come from every host (a "Host" column appears with the first remote
+host; the filter matches it too).  A process is (host, pid): every signal
+and request from a row names its host, and a disconnected host's rows offer
+no action (they say why).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from PySide6.QtWidgets import (
 
 from app.core.agents.types import AgentReport
 from app.core.diagnosis.agentless import install_commands
+from app.core.monitor.hosts import each_host
 from app.core.monitor.samples import HostStatus, Snapshot
+from app.ui.agents.detail_facts import stale_action
 from app.ui.agents.server_texts import menu_entries
 from app.ui.style.sort_header import SortHeader
 from app.ui.style.tables import sorted_rows
@@ -42,6 +49,7 @@ from app.ui.window.process_rows import (
     COL_CONTAINER,
     COL_CPU,
     COL_GPU,
+    COL_HOST,
     COL_PCT,
     COL_PID,
     COL_RSS,
@@ -53,8 +61,10 @@ from app.ui.window.process_rows import (
     COMMAND_CHARS,
     COMMAND_ROOM,
     HIDE_FIRST,
+    HOST_ROLE,
     KEY_ROLE,
     SERVER_ROLE,
+    STALE_ROLE,
     italic,
 )
 
@@ -63,14 +73,16 @@ RESUME_MS = 1000
 
 
 class ProcessTable(QTableView):
-    """The process list.  Emits :attr:`process_selected` ``(display_id, key)`` on selection,
-    ``(None, None)`` when the selection is cleared."""
+    """The process list.  Emits :attr:`process_selected` ``(display_id, key)`` on selection
+    (``display_id`` names the host: ``"0@gpu1"``), ``(None, None)`` when the selection
+    is cleared."""
 
     process_selected = Signal(object, object)
-    #: Double-click on a row whose process has an agent (or its menu's Details…): ``pid``.
-    details_requested = Signal(int)
-    #: "Terminate…" in a process row's menu: ``pid``.
-    terminate_requested = Signal(int)
+    #: Double-click on a row whose process has an agent (or its menu's Details…):
+    #: ``(pid, host)`` (host "" for this machine).
+    details_requested = Signal(int, str)
+    #: "Terminate…" in a process row's menu: ``(pid, host)``.
+    terminate_requested = Signal(int, str)
     #: A model server's Unload / Reload from a row's menu (app.core.control.requests).
     request = Signal(object)
 
@@ -95,8 +107,9 @@ class ProcessTable(QTableView):
         bold = self.font()
         bold.setBold(True)
         hm = QFontMetrics(bold)
-        widths = {COL_GPU: "0/mig0", COL_PID: "0000000", COL_USER: "svc-llm-user",
-                  COL_CONTAINER: "podman 3f4e2a1b9c0d", COL_VRAM: "000.0 GiB", COL_PCT: "100 %",
+        widths = {COL_HOST: "this machine", COL_GPU: "0/mig0", COL_PID: "0000000",
+                  COL_USER: "svc-llm-user", COL_CONTAINER: "podman 3f4e2a1b9c0d",
+                  COL_VRAM: "000.0 GiB", COL_PCT: "100 %",
                   COL_SM: "100 %", COL_CPU: "1000 %", COL_RSS: "000.0 GiB", COL_UPTIME: "00d 00h",
                   COL_CACHE: "000.0 GiB", COL_AGENT: "WW 2.4.1+cu121"}
         #: Each column's width when shown (the user's, once they size it).
@@ -123,10 +136,16 @@ class ProcessTable(QTableView):
         # The agent columns appear with the first snapshot that has agents, the
         # container column with the first process seen in a container.
         self.agent_columns_shown = False
-        # pid -> `agent install` command, for PyTorch processes without an agent (the Doctor's)
-        self._install_commands: dict[int, str] = {}
+        # (host, pid) -> `agent install` command, for PyTorch processes without an agent
+        # (the Doctor's of that host)
+        self._install_commands: dict[tuple[str, int], str] = {}
         for col in (COL_AGENT, COL_CACHE):
             self.setColumnHidden(col, True)
+        # The host column appears with the first remote host (sized to its names).
+        self.host_column_shown = False
+        self._host_sized_by_user = False
+        self._host_texts: frozenset[str] = frozenset()
+        self.setColumnHidden(COL_HOST, True)
         self.container_column_shown = False
         self.setColumnHidden(COL_CONTAINER, True)
         self.source_model.unattributed_font = italic(self.font())
@@ -148,6 +167,8 @@ class ProcessTable(QTableView):
         self._widths[col] = new  # the user's width, kept when the column comes back
         if col == COL_CONTAINER:
             self._container_sized_by_user = True
+        if col == COL_HOST:
+            self._host_sized_by_user = True
 
     def _wanted(self, col: int) -> bool:
         """Whether ``col`` belongs in the table, room permitting."""
@@ -155,6 +176,8 @@ class ProcessTable(QTableView):
             return self.agent_columns_shown
         if col == COL_CONTAINER:
             return self.container_column_shown
+        if col == COL_HOST:
+            return self.host_column_shown
         return True
 
     def _command_width(self, chars: int) -> int:
@@ -272,10 +295,12 @@ class ProcessTable(QTableView):
         if proc is None:
             return None
         pid = proc.pid
+        host = index.data(HOST_ROLE) or ""
+        stale = index.data(STALE_ROLE)
         menu = QMenu(self)
         menu.setToolTipsVisible(True)
         details = menu.addAction("Details…")
-        command = self._install_commands.get(pid)
+        command = self._install_commands.get((host, pid))
         server = index.data(SERVER_ROLE)
         if index.data(AGENT_ROLE) is None and server is None:
             # A PyTorch process without an agent has details: how to invite the agent.
@@ -286,37 +311,47 @@ class ProcessTable(QTableView):
                 copy.setToolTip(f"{command}\nEvery PyTorch process of its environment has the "
                                 "agent from its next start")
                 copy.triggered.connect(lambda: QGuiApplication.clipboard().setText(command))
-        details.triggered.connect(lambda: self.details_requested.emit(pid))
+        details.triggered.connect(lambda: self.details_requested.emit(pid, host))
+        no_action = None if stale is None else stale_action(host, stale)
         if server is not None:  # its models' unloads, or why there is none
             menu.addSeparator()
-            for text, tip, req in menu_entries(server):
+            for text, tip, req in menu_entries(server, host):
                 entry = menu.addAction(text)
-                entry.setToolTip(tip)
-                entry.setEnabled(req is not None)
+                entry.setToolTip(no_action or tip)
+                entry.setEnabled(req is not None and no_action is None)
                 if req is not None:
                     entry.triggered.connect(lambda _=False, r=req: self.request.emit(r))
         menu.addSeparator()
         terminate = menu.addAction("Terminate…")
-        why_not = {HostStatus.EXITED: "The process has exited",
-                   HostStatus.NOT_VISIBLE: "This pid is not visible here"}.get(proc.host_status)
+        why_not = no_action or {
+            HostStatus.EXITED: "The process has exited",
+            HostStatus.NOT_VISIBLE: "This pid is not visible here"}.get(proc.host_status)
         if why_not is not None:
             terminate.setEnabled(False)
             terminate.setToolTip(why_not)
-        terminate.triggered.connect(lambda: self.terminate_requested.emit(pid))
+        terminate.triggered.connect(lambda: self.terminate_requested.emit(pid, host))
         return menu
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         before = self._selected
-        self._install_commands = install_commands(snapshot)
-        if snapshot.agents and not self.agent_columns_shown:
+        hosts = each_host(snapshot)
+        self._install_commands = {
+            ("" if view is None else view.key, pid): command
+            for view, snap in hosts for pid, command in install_commands(snap).items()}
+        if not self.agent_columns_shown and any(snap.agents for _, snap in hosts):
             self.agent_columns_shown = True
             for col in (COL_AGENT, COL_CACHE):
                 self.setColumnHidden(col, False)
             self._fit_columns()
         if not self.container_column_shown and any(
-                p.container is not None for g in snapshot.gpus for p in g.processes):
+                p.container is not None for _, snap in hosts
+                for g in snap.gpus for p in g.processes):
             self.container_column_shown = True
             self.setColumnHidden(COL_CONTAINER, False)
+            self._fit_columns()
+        if snapshot.hosts and not self.host_column_shown:
+            self.host_column_shown = True
+            self.setColumnHidden(COL_HOST, False)
             self._fit_columns()
         self._updating = True
         try:
@@ -331,7 +366,32 @@ class ProcessTable(QTableView):
                     self.select_key(did, key)
         finally:
             self._updating = False
+        if self.host_column_shown:
+            self._size_host_column()
         self._emit_if_changed()
+
+    def _size_host_column(self) -> None:
+        """The host column as wide as its longest text ("gpu1 · disconnected since
+        15:04:12"), within reason, until the user sizes it."""
+        texts = frozenset(self.source_model.host_texts())
+        if texts == self._host_texts or self._host_sized_by_user:
+            return
+        self._host_texts = texts
+        fm = self.fontMetrics()
+        longest = max((fm.horizontalAdvance(t) for t in texts), default=0) + 16
+        cap = fm.horizontalAdvance("x" * 52)  # "127.0.0.3:42965 · disconnected since 15:31:13"
+        bold = self.font()
+        bold.setBold(True)
+        least = QFontMetrics(bold).horizontalAdvance(COLUMNS[COL_HOST]) + 40
+        width = max(least, min(cap, longest))
+        if width != self._widths.get(COL_HOST):
+            self._widths[COL_HOST] = width
+            self._fitting = True
+            try:
+                self.setColumnWidth(COL_HOST, width)
+            finally:
+                self._fitting = False
+            self._fit_columns()
 
     def selected_key(self) -> tuple[str, Hashable] | None:
         rows = self.selectionModel().selectedRows()
@@ -363,18 +423,22 @@ class ProcessTable(QTableView):
         rows = self.selectionModel().selectedRows()
         return rows[0].data(AGENT_ROLE) if rows else None
 
-    def selected_details_pid(self) -> int | None:
-        """The selected process when it has details (an agent, or a model server)."""
+    def selected_details(self) -> tuple[int, str] | None:
+        """(pid, host) of the selected process when it has details (an agent, or a
+        model server)."""
         rows = self.selectionModel().selectedRows()
         if not rows or (rows[0].data(AGENT_ROLE) is None and rows[0].data(SERVER_ROLE) is None):
             return None
-        return rows[0].data(KEY_ROLE)[1][0]
+        return rows[0].data(KEY_ROLE)[1][0], rows[0].data(HOST_ROLE) or ""
 
     def _on_double_clicked(self, index) -> None:
-        pid = index.data(KEY_ROLE)[1][0] if index.data(KEY_ROLE) else None
+        key = index.data(KEY_ROLE)
+        if not key or not isinstance(key[1], tuple):
+            return  # an unattributed row
+        pid, host = key[1][0], index.data(HOST_ROLE) or ""
         if index.data(AGENT_ROLE) is not None or index.data(SERVER_ROLE) is not None \
-                or pid in self._install_commands:
-            self.details_requested.emit(pid)
+                or (host, pid) in self._install_commands:
+            self.details_requested.emit(pid, host)
 
     def _on_selection_changed(self, selected: QItemSelection, deselected: QItemSelection) -> None:
         if not self._updating:

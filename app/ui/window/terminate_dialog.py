@@ -27,14 +27,15 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
-def confirm_text(snapshot: Snapshot | None, pid: int, grace_s: float) -> str:
-    """The dialog's text for process ``pid`` as ``snapshot`` shows it."""
+def confirm_text(snapshot: Snapshot | None, pid: int, grace_s: float, host: str = "") -> str:
+    """The dialog's text for process ``pid`` as ``snapshot`` (its host's) shows it;
+    ``host``: the remote host it runs on ("" this machine)."""
     rows = [(g.display_id, p) for g in (snapshot.gpus if snapshot else ()) for p in g.processes
             if p.pid == pid]
     first = rows[0][1] if rows else None
     label = process_label(first) if first is not None and (first.name or first.command) \
         else f"pid {pid}"
-    lines = [f"Terminate {label}?", ""]
+    lines = [f"Terminate {label} on {host}?" if host else f"Terminate {label}?", ""]
     if first is not None and first.command:
         lines.append(f"Command: {first.command}")
     vram = ", ".join(f"{fmt_bytes(p.gpu_memory)} on GPU {did}" for did, p in rows)
@@ -50,18 +51,19 @@ def confirm_text(snapshot: Snapshot | None, pid: int, grace_s: float) -> str:
                          "unsaved work in it is lost.")
         else:
             lines.append("It has a VRAM Steward agent: unsaved work in it is lost.")
+    by = f" ({host}'s VRAM Steward server sends the signals)" if host else ""
     lines += ["", f"Terminate asks it to stop (SIGTERM); if it is still running after "
-              f"{_seconds(grace_s)}, kills it (SIGKILL)."]
+              f"{_seconds(grace_s)}, kills it (SIGKILL){by}."]
     return "\n".join(lines)
 
 
 class TerminateDialog(QDialog):
     """"Terminate" / "Cancel" (the default) under :func:`confirm_text`."""
 
-    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+    def __init__(self, text: str, parent: QWidget | None = None, host: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("terminateDialog")
-        self.setWindowTitle("Terminate process")
+        self.setWindowTitle(f"Terminate a process on {host}" if host else "Terminate process")
         self.setModal(True)
         icon = QLabel(self)
         size = self.style().pixelMetric(QStyle.PixelMetric.PM_MessageBoxIconSize)

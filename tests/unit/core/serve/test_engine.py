@@ -71,8 +71,9 @@ def test_a_server_for_every_user_unloads_nobodys_models_unless_told(monkeypatch)
         return getattr(engine.agents, "agents", engine.agents)
 
     root = build_engine(Source(), history=False)
-    assert hub(root).all_users and root.collector.policy is None
-    assert build_engine(Source(), history=False, auto_unload=True).collector.policy is not None
+    # Off by default for the root service, yet there to be turned on (set_policy).
+    assert hub(root).all_users and not root.collector.policy.config.enabled
+    assert build_engine(Source(), history=False, auto_unload=True).collector.policy.config.enabled
     monkeypatch.setattr("os.getuid", lambda: 1000)
     user = build_engine(Source(), history=False)
     assert not hub(user).all_users and user.collector.policy is not None

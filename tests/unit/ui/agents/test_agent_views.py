@@ -401,7 +401,7 @@ def test_double_click_on_an_agent_row_opens_details(window, qtbot):
     table = window.table
     with qtbot.waitSignal(table.details_requested) as blocker:
         table.doubleClicked.emit(table.model().index(table_row(window, 11), 0))
-    assert blocker.args == [11]
+    assert blocker.args == [11, ""]
     assert window.details is not None and window.details.pid == 11
     # A row without an agent opens nothing.
     with qtbot.assertNotEmitted(table.details_requested):

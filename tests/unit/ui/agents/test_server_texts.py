@@ -113,6 +113,13 @@ def test_menu_entries_unload_each_model_or_say_why_not():
         ("Nothing loaded in Ollama", None)
 
 
+def test_a_remote_servers_requests_name_its_host():
+    [(_t, _tip, unload), _busy] = st.menu_entries(srv.ollama(), "gpu1")
+    assert isinstance(unload, Unload) and unload.host == "gpu1"
+    [(_t, _tip, reload)] = st.menu_entries(srv.a1111(), "gpu1")
+    assert isinstance(reload, Reload) and reload.host == "gpu1"
+
+
 def test_free_all_takes_loaded_models_not_generating_of_servers_with_an_unload():
     found = [(s.label, m.id) for s, m in st.freeable(srv.snapshot())]
     # llama3.2 generates; A1111's checkpoint is on the CPU; llama.cpp and vLLM have no unload.

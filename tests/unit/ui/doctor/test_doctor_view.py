@@ -66,11 +66,11 @@ def test_updates_are_calm_same_figures_touch_nothing(window):
     window.on_snapshot(later(s, diagnoses=(leak(20), full_soon(), fragmentation())))
     assert doctor.redraws == redraws + 1
     assert doctor.order == order
-    assert doctor.cards[("leak", "0", 23890)].title.text().endswith("~20 MiB/s")
+    assert doctor.cards[("", "leak", "0", 23890)].title.text().endswith("~20 MiB/s")
     # A finding gone: its card goes, the others stay the same widgets.
     window.on_snapshot(later(s, dt=2, diagnoses=(full_soon(), fragmentation())))
     assert ("leak", "0", 23890) not in doctor.cards
-    assert id(doctor.cards[("full_soon", "0", None)]) == cards[("full_soon", "0", None)]
+    assert id(doctor.cards[("", "full_soon", "0", None)]) == cards[("", "full_soon", "0", None)]
     assert tab_text(window) == "Doctor (1)"
 
 
@@ -88,7 +88,7 @@ def test_fix_buttons_send_the_existing_requests(window, monkeypatch):
     monkeypatch.setattr(window.controller.core, "submit", sent.append)
     monkeypatch.setattr(type(window.controller.core), "available", property(lambda s: True))
     window.on_snapshot(snapshot([full_soon()]))
-    card = window.doctor.cards[("full_soon", "0", None)]
+    card = window.doctor.cards[("", "full_soon", "0", None)]
     free, unload = card.fixes.buttons
     assert free.isEnabled()
     free.click()
@@ -98,13 +98,13 @@ def test_fix_buttons_send_the_existing_requests(window, monkeypatch):
 
 def test_without_agent_actions_the_fix_buttons_are_shown_disabled(window):
     window.on_snapshot(snapshot([full_soon()]))  # the default controller has no directory
-    buttons = window.doctor.cards[("full_soon", "0", None)].fixes.buttons
+    buttons = window.doctor.cards[("", "full_soon", "0", None)].fixes.buttons
     assert buttons and not any(b.isEnabled() for b in buttons)
 
 
 def test_a_copyable_fix_copies_its_setting(window):
     window.on_snapshot(snapshot([fragmentation()]))
-    card = window.doctor.cards[("fragmentation", "0", 20417)]
+    card = window.doctor.cards[("", "fragmentation", "0", 20417)]
     assert card.fixes.buttons == []
     (copy,) = card.fixes.copy_buttons
     copy.click()
@@ -158,7 +158,7 @@ def test_an_oom_card_opens_its_report(window):
                   gpu="0", pid=20417, command="train.py", since=report.time,
                   report_id=report.id)
     window.on_snapshot(snapshot([d], [report]))
-    card = window.doctor.cards[("oom", "0", 20417)]
+    card = window.doctor.cards[("", "oom", "0", 20417)]
     assert not card.report_button.isHidden()
     assert window.findChildren(OomDialog) == []
     card.report_button.click()

@@ -44,7 +44,7 @@ def test_terminate_opens_the_windows_confirmation_for_that_pid(window, monkeypat
     sent = []
     monkeypatch.setattr(window.controller.core, "submit", sent.append)  # nothing signalled
     window.on_snapshot(owned(snapshot([finding(stop())]), current_user()))
-    card = window.doctor.cards[("idle_process", "0", 23890)]
+    card = window.doctor.cards[("", "idle_process", "0", 23890)]
     button = card.fixes.terminate_buttons[23890]
     assert button.text() == "Terminate…" and button.isEnabled()
     assert card.fixes.buttons == []  # not an agent action: offered without an agent
@@ -59,7 +59,7 @@ def test_terminate_opens_the_windows_confirmation_for_that_pid(window, monkeypat
 
 def test_terminate_is_disabled_with_the_reason_when_the_check_refuses(window):
     window.on_snapshot(owned(snapshot([finding(stop())]), "someone-else"))
-    button = window.doctor.cards[("idle_process", "0", 23890)].fixes.terminate_buttons[23890]
+    button = window.doctor.cards[("", "idle_process", "0", 23890)].fixes.terminate_buttons[23890]
     assert not button.isEnabled()
     assert button.toolTip() == ("Cannot terminate: someone-else's process: only your own "
                                 "processes can be terminated")
@@ -75,7 +75,7 @@ def test_record_opens_the_detail_view_at_its_recording_and_starts_nothing(window
     monkeypatch.setattr(type(window.controller.core), "available", property(lambda s: True))
     record = Fix("record_allocations", "Record serve_embeddings.py's allocations", None, 23890)
     window.on_snapshot(snapshot([finding(record)]))
-    (button,) = window.doctor.cards[("idle_process", "0", 23890)].fixes.record_buttons
+    (button,) = window.doctor.cards[("", "idle_process", "0", 23890)].fixes.record_buttons
     assert button.text() == "Record…"
     button.click()
     view = window.details

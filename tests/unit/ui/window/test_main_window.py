@@ -16,7 +16,7 @@ from app.core.units import GiB
 from app.ui.gpu.unattributed import UNATTRIBUTED_KEY
 from app.ui.style import palette as pal
 from app.ui.window.main_window import MainWindow
-from app.ui.window.process_rows import COL_PID, COL_RSS, COL_VRAM, KEY_ROLE
+from app.ui.window.process_rows import COL_GPU, COL_PID, COL_RSS, COL_VRAM, KEY_ROLE
 
 
 def table_rows(window):
@@ -28,7 +28,7 @@ def table_rows(window):
 def table_pids(window):
     """(GPU, pid) of every process row (not the per-GPU unattributed rows)."""
     model = window.table.model()
-    return sorted((model.index(r, 0).data(), int(model.index(r, COL_PID).data()))
+    return sorted((model.index(r, COL_GPU).data(), int(model.index(r, COL_PID).data()))
                   for r in range(model.rowCount())
                   if model.index(r, 0).data(KEY_ROLE)[1] != UNATTRIBUTED_KEY)
 

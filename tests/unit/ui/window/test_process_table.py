@@ -22,6 +22,7 @@ from app.ui.window.process_rows import (
     COL_CONTAINER,
     COL_CPU,
     COL_GPU,
+    COL_HOST,
     COL_PCT,
     COL_PID,
     COL_RSS,
@@ -272,12 +273,13 @@ def test_narrow_table_hides_minor_columns_before_squeezing_the_command(table, qt
     table.resize(1900, 300)
     table.show()
     qtbot.waitExposed(table)
-    assert shown_at(table, qtbot, 1900) == list(range(len(COLUMNS)))  # room for all
+    every = [c for c in range(len(COLUMNS)) if c != COL_HOST]  # (no remote host: no Host)
+    assert shown_at(table, qtbot, 1900) == every  # room for all
     least = table.fontMetrics().horizontalAdvance("x" * 22)
     gone_before: set[int] = set()
     for width in range(1800, 500, -50):
         shown = shown_at(table, qtbot, width)
-        gone = {c for c in range(len(COLUMNS)) if c not in shown}
+        gone = {c for c in every if c not in shown}
         # Columns go in HIDE_FIRST order, and come back in reverse as it widens.
         assert gone == set(HIDE_FIRST[:len(gone)]), width
         assert gone >= gone_before
@@ -286,7 +288,7 @@ def test_narrow_table_hides_minor_columns_before_squeezing_the_command(table, qt
     # Narrowest: only the essentials, and the command still readable.
     assert shown_at(table, qtbot, 520) == [COL_GPU, COL_PID, COL_COMMAND, COL_VRAM, COL_CACHE]
     assert table.columnWidth(COL_COMMAND) >= least
-    assert shown_at(table, qtbot, 1900) == list(range(len(COLUMNS)))
+    assert shown_at(table, qtbot, 1900) == every
 
 
 # -- the unattributed row ----------------------------------------------------------------
@@ -522,7 +524,7 @@ def test_rows_hold_still_under_the_pointer(shown, qtbot):
     assert cell(table, 2, COL_VRAM) == "5.0 GiB"
     with qtbot.waitSignal(table.details_requested) as blocker:
         double_click(table, qtbot, aim.center())
-    assert blocker.args == [1]
+    assert blocker.args == [1, ""]
     # The pointer leaves: a moment later the rows take their order.
     leave(table)
     assert pids(table) == [3, 2, 1]
@@ -695,16 +697,16 @@ def test_row_menu_terminates_and_opens_by_pid(table, qtbot):
     assert list(actions) == ["Details…", "Terminate…"]
     with qtbot.waitSignal(table.terminate_requested) as blocker:
         actions["Terminate…"].trigger()
-    assert blocker.args == [1]
+    assert blocker.args == [1, ""]
     with qtbot.waitSignal(table.details_requested) as blocker:
         actions["Details…"].trigger()
-    assert blocker.args == [1]
+    assert blocker.args == [1, ""]
     # No agent: no details to open, but it can be terminated.
     actions = menu_actions(table.menu_for(table.model().index(table.visible_row_of("0", 2), 0)))
     assert not actions["Details…"].isEnabled() and actions["Terminate…"].isEnabled()
     with qtbot.waitSignal(table.terminate_requested) as blocker:
         actions["Terminate…"].trigger()
-    assert blocker.args == [2]
+    assert blocker.args == [2, ""]
     # The unattributed memory is no process: no menu.
     assert table.menu_for(table.model().index(rest_row(table), COL_COMMAND)) is None
 
@@ -735,11 +737,11 @@ def test_right_click_opens_the_menu_and_holds_the_rows(shown, qtbot):
         menu.close()
 
     QTimer.singleShot(50, while_open)
-    pos = table.visualRect(table.model().index(table.visible_row_of("0", 1), 0)).center()
+    pos = table.visualRect(table.model().index(table.visible_row_of("0", 1), COL_GPU)).center()
     with qtbot.waitSignal(table.terminate_requested) as blocker:
         QApplication.sendEvent(table.viewport(), QContextMenuEvent(
             QContextMenuEvent.Reason.Mouse, pos, table.viewport().mapToGlobal(pos)))
-    assert blocker.args == [1]
+    assert blocker.args == [1, ""]
     assert seen == [True, [2, 1]]
     qtbot.waitUntil(lambda: pids(table) == [1, 2], timeout=RESUME_MS + 2000)
 
@@ -858,14 +860,14 @@ def test_a_server_row_has_details(table, qtbot):
     srv = server_table(table)
     index = table.model().index(row_of(table, srv.VLLM), 0)
     table.selectRow(index.row())
-    assert table.selected_details_pid() == srv.VLLM and table.selected_agent() is None
+    assert table.selected_details() == (srv.VLLM, "") and table.selected_agent() is None
     with qtbot.waitSignal(table.details_requested) as blocker:
         table.doubleClicked.emit(index)
-    assert blocker.args == [srv.VLLM]
+    assert blocker.args == [srv.VLLM, ""]
     # A process of no server and without an agent has none.
     table.update_snapshot(snap(gpu([proc(1, GiB)])))
     table.selectRow(0)
-    assert table.selected_details_pid() is None
+    assert table.selected_details() is None
 
 
 def test_a_server_row_repaints_when_its_models_change(table, qtbot):

@@ -82,7 +82,7 @@ def test_terminate_from_the_table_confirms_then_sigterms(win, children, qtbot):
     proc = children.start()
     sample = sample_of(proc.pid, 2 * GiB)
     win.on_snapshot(snapshot_of(sample, used=10 * GiB))
-    win.table.terminate_requested.emit(proc.pid)
+    win.table.terminate_requested.emit(proc.pid, "")
     dialog = win.terminate_dialog
     assert dialog is not None and dialog.isVisible()
     assert dialog.text_label.text().startswith(f"Terminate train.py ({proc.pid})?")
@@ -116,7 +116,7 @@ def test_cancel_sends_nothing(win, children, qtbot):
 def test_another_users_process_is_refused_without_a_dialog(win, children):
     proc = children.start()
     win.on_snapshot(snapshot_of(sample_of(proc.pid, user="svc-llm")))
-    win.table.terminate_requested.emit(proc.pid)
+    win.table.terminate_requested.emit(proc.pid, "")
     assert win.terminate_dialog is None
     assert win.action_label.text() == (
         f"Could not terminate train.py ({proc.pid}): svc-llm's process: only your own "
@@ -128,7 +128,7 @@ def test_another_users_process_is_refused_without_a_dialog(win, children):
 def test_demo_processes_are_refused_as_simulated(window, demo_feed):
     snap = demo_feed.step(window, 2)
     pid = snap.gpus[0].processes[0].pid
-    window.table.terminate_requested.emit(pid)
+    window.table.terminate_requested.emit(pid, "")
     assert window.terminate_dialog is None
     assert "simulated process (demo)" in window.action_label.text()
     assert window.controller.core.running() == []
