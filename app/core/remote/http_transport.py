@@ -89,7 +89,7 @@ class HttpTransport:
         """End the streams (calls hold nothing between them): a read blocked on
         one returns (the heartbeat's way to end a silent connection)."""
         for sock in list(self._streams):
-            _shut_socket(sock)
+            shut_socket(sock)
 
     # -- pieces -----------------------------------------------------------------
     def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
@@ -174,10 +174,10 @@ def shut(conn: http.client.HTTPConnection) -> None:
     """End ``conn``'s exchange from another thread: a read blocked on it returns."""
     sock = conn.sock
     if sock is not None:
-        _shut_socket(sock)
+        shut_socket(sock)
 
 
-def _shut_socket(sock: socket.socket) -> None:
+def shut_socket(sock: socket.socket) -> None:
     """Shut ``sock``'s connection under any TLS on it: ``SSLSocket.shutdown``
     would also drop its TLS state under a reader still using it."""
     try:

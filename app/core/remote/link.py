@@ -39,7 +39,7 @@ from app.core.remote.agents import RemoteAgents
 from app.core.remote.client import RemoteClient, open_client
 from app.core.remote.errors import RemoteError, RemoteUnavailable
 from app.core.remote.history_seed import stored_from_records
-from app.core.remote.host_config import HostConfig
+from app.core.remote.host_config import HostConfig, check_private_file
 from app.core.remote.policy import RemotePolicy
 from app.core.serve.frames import PING_S
 
@@ -63,6 +63,7 @@ def connect(config: HostConfig) -> RemoteClient:
 
     token = None
     if config.token_file:
+        check_private_file(config.token_file, "token file")  # as ssh checks a key
         try:
             token = client_token(config.token_file)
         except OSError as exc:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.core.remote.http_transport import shut
+from app.core.remote.http_transport import shut, shut_socket
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -86,10 +87,16 @@ class LocalHttp:
         # One deadline for the whole exchange: a server that drips a byte at a time
         # never waits out a per-read timeout.  At the deadline the socket is shut.
         expired = threading.Event()
-        watchdog = threading.Timer(timeout, _cut, (conn, expired))
+        # The socket itself: once an answer says "Connection: close", http.client
+        # lets go of ``conn.sock`` while the answer is still read from it.
+        held: list[socket.socket] = []
+        watchdog = threading.Timer(timeout, _cut, (conn, held, expired))
         watchdog.daemon = True
         watchdog.start()
         try:
+            conn.connect()
+            if conn.sock is not None:
+                held.append(conn.sock)
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             raw = resp.read(MAX_BODY_BYTES + 1)
@@ -123,9 +130,13 @@ class LocalHttp:
             return text  # a plain-text answer ("OK", "Ollama is running")
 
 
-def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+def _cut(conn: http.client.HTTPConnection, held: list[socket.socket],
+         expired: threading.Event) -> None:
     expired.set()
-    shut(conn)
+    if held:
+        shut_socket(held[0])
+    else:
+        shut(conn)
 
 
 def _why(exc: BaseException) -> str:

@@ -34,6 +34,7 @@ def history_records(stored: StoredHistory, gpu_index: int | None = None,
                 "timestamp": t,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t)),
                 "gpu_uuid": uuid, "gpu_index": gpu.index, "gpu_name": gpu.name,
+                "display_id": gpu.display_id,
                 "memory_used": _int(gpu.used[i]), "memory_total": _int(gpu.total[i]),
                 "utilization_gpu": _float(gpu.util[i]),
                 "processes": sorted(procs.get(t, []), key=lambda p: p["pid"])})

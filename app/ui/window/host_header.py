@@ -87,6 +87,8 @@ class HostHeader(QWidget):
         self._set(self.name_label, f"({name})" if name else "")
         state = group_state(view)
         self._set(self.state_label, f"● {state}" if state else "")
+        if self.compact:  # its own line in the strip: none for this machine
+            self.state_label.setVisible(bool(state))
         self._set(self.fullest_label, fullest_text(gpus))
         self.fullest_label.setVisible(bool(self.text_of(self.fullest_label)))
         reason = short_reason(view)

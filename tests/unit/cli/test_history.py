@@ -49,7 +49,8 @@ def test_json_lists_every_stored_sample(state):
     assert len(records) == 2 * 5  # 2 GPUs, 5 seconds
     first = records[0]
     assert set(first) == {"timestamp", "time", "gpu_uuid", "gpu_index", "gpu_name",
-                          "memory_used", "memory_total", "utilization_gpu", "processes"}
+                          "display_id", "memory_used", "memory_total", "utilization_gpu",
+                          "processes"}
     assert first["gpu_uuid"] == "GPU-0" and first["gpu_index"] == 0
     assert first["memory_used"] == GiB and first["memory_total"] == 80 * GiB
     procs = first["processes"]
