@@ -76,9 +76,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.core.serve.setup import build_api, build_engine
 
     source = make_source(args.demo, args.seed, size=args.demo_size, refresh_s=HOST_REFRESH_S)
+    # A stdio server lasts one SSH connection: a policy there would come and go
+    # with the connection, beside the host's own; none unless asked for.
+    auto_unload = False if args.stdio and args.auto_unload is None else args.auto_unload
     engine = build_engine(source, args.period, history=not args.no_history,
-                          auto_unload=args.auto_unload)
-    api = build_api(engine)
+                          auto_unload=auto_unload)
+    api = build_api(engine, session=args.stdio)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -231,6 +234,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--auto-unload", action=argparse.BooleanOptionalAction, default=None,
                    help="unload idle models under memory pressure, as the window does "
                         "(default: on, except for a server that reads every user's agents "
-                        "(root), which acts on nobody's processes unless told to)")
+                        "(root), which acts on nobody's processes unless told to, and "
+                        "--stdio, which lasts one SSH connection)")
     p.add_argument("--verbose", action="store_true", help="debug logging on stderr")
     p.set_defaults(func=cmd_serve)

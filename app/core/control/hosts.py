@@ -12,6 +12,7 @@ no pressure policy here: its server runs its own.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from app.core.control.records import (
     TerminateResult,
 )
 from app.core.control.requests import FreeCache, Refusal, Request, RequestError, SetAutoUnload
-from app.core.monitor.hosts import LOCAL
+from app.core.monitor.hosts import LOCAL, HostView
 from app.core.monitor.samples import Snapshot
 from app.core.wire.codec import WireError
 from app.core.wire.snapshot import decode
@@ -43,6 +44,7 @@ class HostControllers:
         self._directory_of = directory_of
         self._remote: dict[str, AppController] = {}
         self._users: dict[str, str | None] = {}
+        self._views: dict[str, HostView] = {}  # each host as the latest snapshot saw it
         self._listeners: list[Listener] = []
         self._wake: Callable[[], None] | None = None
         self.latest: Snapshot | None = None
@@ -97,14 +99,28 @@ class HostControllers:
         if isinstance(request, FreeCache) and not request.pids and request.display_id is None:
             return self._free_everywhere(request)
         host = getattr(request, "host", LOCAL)
+        if host != LOCAL:
+            self._check_connected(host)
         ctl = self.of(host)
         if ctl is None:
             raise RequestError(Refusal.UNKNOWN_PROCESS, f"no host {host!r} is watched")
         return ctl.submit(request)
 
+    def _check_connected(self, host: str) -> None:
+        """RequestError, with the host's own reason, unless its figures are current."""
+        view = self._views.get(host)
+        if view is None:
+            raise RequestError(Refusal.UNKNOWN_PROCESS, f"no host {host!r} is watched")
+        if not view.connected:
+            why = f": {view.reason}" if view.reason else ""
+            raise RequestError(Refusal.UNAVAILABLE, f"{host} is not connected{why}")
+
     def _free_everywhere(self, request: FreeCache) -> Any:
         record, refusal = None, None
         for ctl in self.controllers():
+            if ctl is not self.local and not (
+                    ctl.host in self._views and self._views[ctl.host].connected):
+                continue  # its figures are not current: nothing is sent there
             try:
                 answer = ctl.submit(request)
             except RequestError as exc:
@@ -156,22 +172,38 @@ class HostControllers:
 
     # -- snapshots and answers ------------------------------------------------------------
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        """Each host's controller gets its host's snapshot; a host that went
-        away keeps its controller while its actions finish."""
+        """Each host's controller gets its host's snapshot when a new one came
+        (an action is measured on figures made after it, never on a repeat of
+        older ones); a host that went away keeps its controller while its
+        actions finish, then it is dropped."""
         self.latest = snapshot
         self.local.on_snapshot(snapshot)
+        self._views = {view.key: view for view in snapshot.hosts}
         for view in snapshot.hosts:
             self._users[view.key] = view.user
-            if view.snapshot is not None:
+            ctl = self._remote.get(view.key)
+            if view.snapshot is not None and view.connected and (
+                    ctl is None or ctl.latest is None
+                    or ctl.latest.monotonic != view.snapshot.monotonic):  # a new arrival
                 self._made(view.key).on_snapshot(view.snapshot)
             elif view.key in self._remote:
                 self._remote[view.key].poll()
+        for key in [k for k in self._remote if k not in self._views]:
+            ctl = self._remote[key]
+            ctl.poll()
+            if not ctl.running():
+                ctl.close()
+                del self._remote[key]
+                self._users.pop(key, None)
 
     def poll(self) -> int:
         return sum(ctl.poll() for ctl in self.controllers())
 
     def wait(self, timeout_s: float = 3.0) -> bool:
-        return all([ctl.wait(timeout_s) for ctl in self.controllers()])
+        """One deadline for every host: a stuck one does not multiply the wait."""
+        deadline = time.monotonic() + timeout_s
+        return all([ctl.wait(max(0.0, deadline - time.monotonic()))
+                    for ctl in self.controllers()])
 
     def close(self) -> None:
         for ctl in self.controllers():

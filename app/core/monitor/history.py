@@ -379,11 +379,17 @@ class History:
     def __init__(self, config: HistoryConfig | None = None) -> None:
         self.config = config or HistoryConfig()
         self.gpus: dict[str, GpuHistory] = {}
+        self._host_keys: frozenset[str] = frozenset()
 
     def add(self, snapshot: Snapshot) -> None:
         """This machine's GPUs, and each remote host's (``Snapshot.hosts``):
         its stored history first, once, then each of its snapshots once."""
         self._add(snapshot.gpus, snapshot.monotonic)
+        keys = frozenset(view.key for view in snapshot.hosts)
+        if keys != self._host_keys:  # a host removed: its rings go (added again: seeded again)
+            self._host_keys = keys
+            for did in [d for d in self.gpus if "@" in d and d.partition("@")[2] not in keys]:
+                del self.gpus[did]
         for view in snapshot.hosts:
             if view.seed is not None:
                 self.seed(view.seed)

@@ -47,6 +47,10 @@ class HostView:
     seed: Any = None
     #: The server's pressure policy (``app.core.remote.policy.RemotePolicy``), when known.
     policy: Any = None
+    #: This machine's clock minus the host's, in seconds (0.0: within a second, or
+    #: unknown).  Times in ``snapshot`` are this machine's already, except the
+    #: processes' ``create_time`` (their identity on the host): subtract it first.
+    clock_skew_s: float = 0.0
 
     @property
     def connected(self) -> bool:

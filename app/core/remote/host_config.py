@@ -7,6 +7,7 @@ The token is never stored: only the path of a private file holding it
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import stat
@@ -67,6 +68,9 @@ def check_host(config: HostConfig, others: Sequence[HostConfig] = ()) -> HostCon
         if config.remote_command:
             raise ValueError(f"{url}: a remote command is for ssh:// hosts")
         if config.token_file:
+            if address.scheme == "http" and not is_loopback(address.host):
+                raise ValueError(f"{url}: a token would cross the network in the clear: use "
+                                 "https:// (serve --tls-cert) or ssh://")
             check_private_file(config.token_file, "token file")
         if config.ca_file:
             if address.scheme != "https":
@@ -80,6 +84,16 @@ def check_host(config: HostConfig, others: Sequence[HostConfig] = ()) -> HostCon
     if command is not None and ("\n" in command or "\0" in command):
         raise ValueError("the remote command is one line")
     return HostConfig(url, config.token_file or None, config.ca_file or None, command)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback (a name is not resolved)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def check_private_file(path: str, what: str) -> None:
@@ -101,3 +115,27 @@ def check_readable_file(path: str, what: str) -> None:
         raise ValueError(f"{what} {path}: no such file")
     if not os.access(path, os.R_OK):
         raise ValueError(f"{what} {path}: not readable")
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path`` (its first word), read from the file checked, not
+    from what a swapped-in link names: opened without following a link, then
+    checked as opened (a regular file of ours, private).  ValueError saying
+    what is wrong."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise ValueError(f"token file {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"token file {path}: not a regular file")
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise ValueError(f"token file {path}: not yours (owner uid {st.st_uid})")
+        if st.st_mode & 0o077:
+            raise ValueError(f"token file {path}: others may read it (chmod 600 {path})")
+        for raw in f.read(64 * 1024).splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if line:
+                return line.split()[0]
+    raise ValueError(f"token file {path} holds no token")

@@ -39,7 +39,7 @@ from app.core.remote.agents import RemoteAgents
 from app.core.remote.client import RemoteClient, open_client
 from app.core.remote.errors import RemoteError, RemoteUnavailable
 from app.core.remote.history_seed import stored_from_records
-from app.core.remote.host_config import HostConfig, check_private_file
+from app.core.remote.host_config import HostConfig, is_loopback, read_token_file
 from app.core.remote.policy import RemotePolicy
 from app.core.serve.frames import PING_S
 
@@ -53,22 +53,22 @@ RETRY_MAX_S = 30.0
 #: How much stored history is asked for when a host connects.
 SEED_S = 3600.0
 SEED_TIMEOUT_S = 30.0
+#: Pings but no new snapshot for this long: the host's sampler is stuck (a hung
+#: driver call), and its last figures are no longer current.
+STUCK_S = 10.0
 
 Connect = Callable[[HostConfig], RemoteClient]
 
 
 def connect(config: HostConfig) -> RemoteClient:
     """A client of ``config``'s server (RemoteError, ValueError for a bad token file)."""
-    from app.core.serve.access import client_token
-
     token = None
     if config.token_file:
-        check_private_file(config.token_file, "token file")  # as ssh checks a key
-        try:
-            token = client_token(config.token_file)
-        except OSError as exc:
-            raise RemoteError(f"token file {config.token_file}: {exc.strerror or exc}",
-                              "token") from None
+        address = config.address
+        if address.scheme == "http" and not is_loopback(address.host):
+            raise ValueError(f"{address.url}: a token would cross the network in the clear: "
+                             "use https:// (serve --tls-cert) or ssh://")
+        token = read_token_file(config.token_file)
     return open_client(config.url, token, config.ca_file, config.remote_command,
                        timeout_s=CONNECT_TIMEOUT_S)
 
@@ -96,6 +96,9 @@ class HostLink:
         self._seed: Any = None
         self._policy: RemotePolicy | None = None
         self._heard = time.monotonic()
+        self._new_at = time.monotonic()  # when the latest snapshot arrived
+        self._skew = 0.0  # this machine's clock minus the host's (from the hello)
+        self._seeded = False  # the stored history is read on the first connection only
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"vram-steward-host-{key}")
         self.agents = LinkedAgents(self)
@@ -116,9 +119,18 @@ class HostLink:
 
     # -- what the window reads (any thread, no I/O) ------------------------------
     def view(self) -> HostView:
-        """The host now; the events that arrived since the last view come once."""
+        """The host now; the events that arrived since the last view come once.
+        A host whose stream still pings but brings no new snapshot for
+        ``STUCK_S`` is shown as disconnected: its figures are no longer current."""
+        now = time.monotonic()
         with self._lock:
             snapshot, fresh = self._latest, self._fresh
+            state, since, reason = self._state, self._since, self._reason
+            quiet = now - self._new_at
+            if state == CONNECTED and snapshot is not None and quiet > STUCK_S:
+                state, since = DISCONNECTED, snapshot.timestamp
+                reason = (f"connected, but no new figures for {quiet:.0f} s: the host's "
+                          "sampler is stuck (a driver call that does not return?)")
             if snapshot is not None and fresh:
                 snapshot = dataclasses.replace(
                     snapshot, model_events=tuple(self._events),
@@ -128,9 +140,9 @@ class HostLink:
                                                    policy_decisions=(), oom_reports=())
             self._fresh = False
             seed, self._seed = self._seed, None
-            return HostView(self.key, self.config.url, self._state, self._since,
-                            self._reason, snapshot, self._name, self._user, fresh, seed,
-                            self._policy)
+            return HostView(self.key, self.config.url, state, since, reason, snapshot,
+                            self._name, self._user, fresh, seed,
+                            self._policy, self._skew)
 
     def latest(self) -> Snapshot | None:
         return self._latest
@@ -181,7 +193,10 @@ class HostLink:
                 self._read_policy(client)
                 theirs = hello.get("time")
                 skew = (sent + now) / 2 - theirs if isinstance(theirs, (int, float)) else 0.0
-                self._read_seed(client, skew)
+                with self._lock:  # under a second is the network's, not the clocks'
+                    self._skew = skew if abs(skew) > 1 else 0.0
+                if not self._seeded:
+                    self._read_seed(client, self._skew)
                 for snapshot in client.snapshots(on_frame=self._heard_now):
                     if self._receive(snapshot):
                         delay = RETRY_FIRST_S
@@ -205,14 +220,14 @@ class HostLink:
         self._drop_client()  # one made while the link was closing is not left open
 
     def _read_seed(self, client: RemoteClient, skew_s: float) -> None:
-        """The host's stored history, once per connection (none: graphs start
-        now); ``skew_s``: this machine's clock minus the host's."""
+        """The host's stored history, on the first connection (the window's
+        rings hold the rest; none: graphs start now); ``skew_s``: this
+        machine's clock minus the host's.  Never a reason not to stream."""
+        self._seeded = True
         try:
             records = client.history(self._seed_s, timeout_s=SEED_TIMEOUT_S)
-            seed = stored_from_records(records, self.key, skew_s if abs(skew_s) > 1 else 0.0)
-        except RemoteUnavailable:
-            raise
-        except RemoteError as exc:  # a server without history (the demo) has none to give
+            seed = stored_from_records(records, self.key, skew_s)
+        except RemoteError as exc:  # none kept (the demo, --no-history), or too slow
             log.info("host %s: no stored history: %s", self.key, exc)
             return
         with self._lock:
@@ -234,9 +249,7 @@ class HostLink:
         """Change the server's pressure policy and read it back (blocking: a
         worker thread's call, never the GUI's); RemoteError with the server's
         refusal, RemoteUnavailable while not connected."""
-        client = self.client()
-        client.set_policy(**changes)
-        policy = client.policy()
+        policy = self.client().set_policy(**changes)  # the policy as it now runs
         with self._lock:
             self._policy = policy
         return policy
@@ -247,24 +260,26 @@ class HostLink:
     def _receive(self, snapshot: Snapshot) -> bool:
         """Keep ``snapshot`` under this machine's clocks; True when it holds GPUs."""
         wall, mono = time.time(), time.monotonic()
-        skew = wall - snapshot.timestamp
+        skew = wall - snapshot.timestamp  # the host's stamps onto this machine's clock
         gpus = tuple(qualify_gpu(g, self.key) for g in snapshot.gpus)
         events = [dataclasses.replace(e, time=e.time + skew, display_id=None if e.display_id
                                       is None else qualified_id(e.display_id, self.key))
                   for e in snapshot.model_events]
-        ooms = [dataclasses.replace(r, gpu=None if r.gpu is None
+        decisions = [dataclasses.replace(u, decision=dataclasses.replace(
+            u.decision, time=u.decision.time + skew)) for u in snapshot.policy_decisions]
+        ooms = [dataclasses.replace(r, time=r.time + skew, gpu=None if r.gpu is None
                                     else qualified_id(r.gpu, self.key))
                 for r in snapshot.oom_reports]
-        diagnoses = tuple(dataclasses.replace(d, gpu=None if d.gpu is None
-                                              else qualified_id(d.gpu, self.key))
-                          for d in snapshot.diagnoses)
+        diagnoses = tuple(dataclasses.replace(
+            d, gpu=None if d.gpu is None else qualified_id(d.gpu, self.key),
+            since=None if d.since is None else d.since + skew) for d in snapshot.diagnoses)
         kept = dataclasses.replace(snapshot, timestamp=wall, monotonic=mono, gpus=gpus,
                                    diagnoses=diagnoses, model_events=(),
-                                   policy_decisions=(), oom_reports=())
+                                   policy_decisions=(), oom_reports=(), hosts=())
         with self._lock:
-            self._latest, self._fresh, self._heard = kept, True, mono
+            self._latest, self._fresh, self._heard, self._new_at = kept, True, mono, mono
             self._events.extend(events)
-            self._decisions.extend(snapshot.policy_decisions)
+            self._decisions.extend(decisions)
             self._ooms.extend(ooms)
             del self._events[:-256], self._decisions[:-256], self._ooms[:-64]
             if self._state != CONNECTED:

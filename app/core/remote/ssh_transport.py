@@ -48,7 +48,10 @@ class SshTransport:
         target = f"{address.user}@{address.host}" if address.user else address.host
         port = ["-p", str(address.port)] if address.port is not None else []
         extra = shlex.split(os.environ.get(SSH_OPTIONS_ENV, ""))
-        self.command = [ssh, "-T", "-o", "BatchMode=yes", "-o", "Compression=yes", *port,
+        # BatchMode: never a prompt nobody can answer.  ServerAlive: a peer that
+        # stops answering ends ssh itself, so nothing is left behind waiting on it.
+        self.command = [ssh, "-T", "-o", "BatchMode=yes", "-o", "Compression=yes",
+                        "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", *port,
                         *extra, *options, "--", target, f"{remote} serve --stdio"]
         self._ids = itertools.count(1)
         self._pending: dict[int, queue.Queue[dict[str, Any]]] = {}

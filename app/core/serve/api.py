@@ -49,7 +49,7 @@ class ServerApi:
 
     def __init__(self, engine: ServeEngine, history_path: str | None = None,
                  reports: Any = None, owner_of: Callable[[int], int | None] | None = None,
-                 every_user: bool | None = None) -> None:
+                 every_user: bool | None = None, session: bool = False) -> None:
         """``every_user``: the server reads every user's agents (the system
         service; None: as its agent directory says)."""
         self.engine = engine
@@ -61,6 +61,8 @@ class ServerApi:
         self.every_user = policy_verbs.reads_every_user(self.directory) \
             if every_user is None else every_user
         self.server_uid = policy_verbs.server_uid()
+        #: A server that lasts one SSH connection (``serve --stdio``): no policy of its own.
+        self.session = session
 
     def call(self, method: str, params: Any, caller: Caller) -> dict[str, Any]:
         if method in CONTROL_METHODS:
@@ -150,13 +152,14 @@ class ServerApi:
 
     def _policy(self, p: Params, caller: Caller) -> dict[str, Any]:
         return encode(policy_verbs.answer(self.engine.collector.policy, caller,
-                                          self.every_user, self.server_uid))
+                                          self.every_user, self.server_uid, self.session))
 
     # -- actions ----------------------------------------------------------------
     def _set_policy(self, p: Params, caller: Caller) -> dict[str, Any]:
         before = self.engine.collector.policy
         old = None if before is None else before.config
-        now = policy_verbs.change(before, p, caller, self.every_user, self.server_uid)
+        now = policy_verbs.change(before, p, caller, self.every_user, self.server_uid,
+                                  self.session)
         audit.info("%s: set_policy %s -> ok (%s; was %s)", caller.who, p.summary(), now.text(),
                    "none" if old is None else f"enabled={old.enabled} "
                    f"threshold={old.threshold:g} rearm={old.rearm:g} "

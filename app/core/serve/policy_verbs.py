@@ -31,9 +31,10 @@ from app.core.remote.policy import POLICY_FIELDS, RemotePolicy
 from app.core.serve.access import CONTROL, Caller
 from app.core.serve.params import ApiError, Params
 
-NO_POLICY = ("this server runs no pressure policy (started with --no-auto-unload, or the "
-             "system service, which unloads nobody's models unless started with "
-             "--auto-unload)")
+NO_POLICY = "this server runs no pressure policy"
+SSH_SESSION = ("an SSH session runs no pressure policy of its own: it would last only as long "
+               "as this connection, beside any other. Run `vram-steward serve` on the host "
+               "(or its window) for one that runs whether you are connected or not")
 SYSTEM_SERVICE = ("this server acts for every user of the host (the system service): only "
                   "root changes its pressure policy; ask the host's administrator, or watch "
                   "the host through your own server (ssh://)")
@@ -51,8 +52,11 @@ def reads_every_user(directory: Any) -> bool:
 
 
 def refusal(runner: PolicyRunner | None, caller: Caller, every_user: bool,
-            server_uid: int | None) -> ApiError | None:
-    """Why ``caller``'s change would be refused (None: it would be taken)."""
+            server_uid: int | None, session: bool = False) -> ApiError | None:
+    """Why ``caller``'s change would be refused (None: it would be taken).
+    ``session``: the server lives as long as one SSH connection."""
+    if session:
+        return ApiError(SSH_SESSION, 409, "session")
     if runner is None:
         return ApiError(NO_POLICY, 409, "no_policy")
     if not caller.may(CONTROL):
@@ -68,10 +72,10 @@ def refusal(runner: PolicyRunner | None, caller: Caller, every_user: bool,
 
 
 def answer(runner: PolicyRunner | None, caller: Caller, every_user: bool,
-           server_uid: int | None = None) -> RemotePolicy:
+           server_uid: int | None = None, session: bool = False) -> RemotePolicy:
     """The policy as ``caller`` sees it: its values and whether they may change them."""
-    why = refusal(runner, caller, every_user, server_uid)
-    if runner is None:
+    why = refusal(runner, caller, every_user, server_uid, session)
+    if runner is None or (session and not runner.config.enabled):
         return RemotePolicy(False, 0.0, 0.0, 0.0, 0.0, available=False, why_not=str(why))
     cfg = runner.config
     return RemotePolicy(cfg.enabled, cfg.threshold, cfg.rearm, cfg.min_idle_s,
@@ -80,10 +84,10 @@ def answer(runner: PolicyRunner | None, caller: Caller, every_user: bool,
 
 
 def change(runner: PolicyRunner | None, p: Params, caller: Caller, every_user: bool,
-           server_uid: int | None = None) -> RemotePolicy:
+           server_uid: int | None = None, session: bool = False) -> RemotePolicy:
     """Apply ``p`` (any of :data:`POLICY_FIELDS`) to the runner; ApiError, with
     nothing changed, for a caller refused or a value out of bounds."""
-    why = refusal(runner, caller, every_user, server_uid)
+    why = refusal(runner, caller, every_user, server_uid, session)
     if why is not None or runner is None:
         raise why or ApiError(NO_POLICY, 409, "no_policy")
     cfg = runner.config

@@ -62,11 +62,12 @@ def _recorder() -> HistoryRecorder | None:
                            on_message=lambda line: log.warning("history: %s", line))
 
 
-def build_api(engine: ServeEngine) -> ServerApi:
-    """The API over ``engine``: its history (real GPUs) and stored OOM reports."""
+def build_api(engine: ServeEngine, session: bool = False) -> ServerApi:
+    """The API over ``engine``: its history (real GPUs) and stored OOM reports;
+    ``session``: it lasts one SSH connection (``serve --stdio``)."""
     from app.core.diagnosis.report_store import ReportStore
     from app.core.paths import history_db_path
 
     real = engine.collector.source.name == "nvml"
     return ServerApi(engine, history_path=history_db_path() if real else None,
-                     reports=ReportStore() if real else None)
+                     reports=ReportStore() if real else None, session=session)

@@ -80,6 +80,10 @@ def decode_snapshot(data: Any, who: str = "the server") -> Snapshot:
     included) when it is not one."""
     check_version(data, who)
     snapshot: Snapshot = _DECODER.decode(Snapshot, data)
+    # A peer never says which host a GPU is on, nor which hosts a window watches.
+    if snapshot.hosts or any(g.host for g in snapshot.gpus):
+        snapshot = dataclasses.replace(snapshot, hosts=(), gpus=tuple(
+            dataclasses.replace(g, host="") if g.host else g for g in snapshot.gpus))
     return snapshot
 
 

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from app.core.units import NA, fmt_bytes
 from app.ui.style import palette as pal
 from app.ui.style.tables import flat_list
+from app.ui.style.text import plain_tip
 
 ACTIVITY_COLUMNS = ("Time", "Process", "Model", "Event", "Reason", "Freed", "Took",
                     "Details")
@@ -113,7 +114,7 @@ class ActivityLog(QWidget):
         right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         item.setTextAlignment(ACOL_RELEASED, right)
         item.setTextAlignment(ACOL_TOOK, right)
-        tip = entry.detail or entry.event
+        tip = plain_tip(entry.detail or entry.event)  # names processes and models
         for c in range(len(ACTIVITY_COLUMNS)):
             item.setToolTip(c, tip)
         item.setForeground(ACOL_DETAILS, pal.muted(self.palette()))
@@ -138,7 +139,7 @@ class ActivityLog(QWidget):
             if item is not None:
                 item.setText(ACOL_DETAILS, detail.replace("\n", " "))
                 for c in range(len(ACTIVITY_COLUMNS)):
-                    item.setToolTip(c, detail)
+                    item.setToolTip(c, plain_tip(detail))
             return True
         return False
 
@@ -156,7 +157,7 @@ class ActivityLog(QWidget):
         item.setText(ACOL_EVENT, f"{entry.event} (×{self._counts[0]})")
         item.setText(ACOL_DETAILS, entry.detail.replace("\n", " "))
         for c in range(len(ACTIVITY_COLUMNS)):
-            item.setToolTip(c, entry.detail or entry.event)
+            item.setToolTip(c, plain_tip(entry.detail or entry.event))
 
     def rows(self) -> list[list[str]]:
         """Texts of every row, newest first (tests, copying)."""

@@ -62,6 +62,7 @@ from app.ui.gpu.torch_memory import (
 from app.ui.settings.values import IDLE_TIMER_MAX_MIN, IDLE_TIMER_MIN_MIN
 from app.ui.style import palette as pal
 from app.ui.style.hosts import gpu_text
+from app.ui.style.text import plain_label, plain_tip
 
 GC_TIP = "Run Python's garbage collector in the process (gc.collect())"
 
@@ -99,19 +100,21 @@ class ProcessDetailView(ModelControls, QDialog):
         outer.setContentsMargins(16, 14, 16, 12)
         outer.setSpacing(10)
 
-        self.title_label = QLabel(self)
+        # The process's name, command, facts and errors are its owner's words, and
+        # the host's notice its server's: shown as they are, never as HTML.
+        self.title_label = plain_label(QLabel(self))
         self.title_label.setObjectName("detailTitle")
         tf = self.title_label.font()
         tf.setBold(True)
         tf.setPointSizeF(tf.pointSizeF() * 1.25)
         self.title_label.setFont(tf)
-        self.command_label = QLabel(self)
+        self.command_label = plain_label(QLabel(self))
         self.command_label.setObjectName("secondary")
         self.command_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.command_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         outer.addWidget(self.title_label)
         outer.addWidget(self.command_label)
-        self.host_notice = QLabel(self)  # a disconnected host: since when, and why
+        self.host_notice = plain_label(QLabel(self))  # a disconnected host: since when, why
         self.host_notice.setObjectName("hostNotice")
         self.host_notice.setWordWrap(True)
         self.host_notice.setVisible(False)
@@ -127,7 +130,7 @@ class ProcessDetailView(ModelControls, QDialog):
             for row, name in enumerate(names):
                 cap = QLabel(name, self)
                 cap.setObjectName("secondary")
-                value = QLabel(NA, self)
+                value = plain_label(QLabel(NA, self))
                 value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
                 facts.addWidget(cap, row, col * 2)
                 facts.addWidget(value, row, col * 2 + 1)
@@ -135,7 +138,7 @@ class ProcessDetailView(ModelControls, QDialog):
         facts.setColumnMinimumWidth(1, self.fontMetrics().horizontalAdvance("0" * 24))
         facts.setColumnStretch(4, 1)
         facts_lay.addLayout(facts)
-        self.errors_label = QLabel(self)
+        self.errors_label = plain_label(QLabel(self))
         self.errors_label.setWordWrap(True)
         self.errors_label.setVisible(False)
         facts_lay.addWidget(self.errors_label)
@@ -239,7 +242,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.model_progress.setFixedWidth(90)
         self.model_progress.setFixedHeight(10)
         self.model_progress.setVisible(False)
-        self.model_result = QLabel("", self.model_bar)
+        self.model_result = plain_label(QLabel("", self.model_bar))
         self.model_result.setObjectName("modelResult")
         self.model_result.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.model_result.setWordWrap(True)  # a long result wraps, never cut mid-word
@@ -272,7 +275,7 @@ class ProcessDetailView(ModelControls, QDialog):
 
         foot = QHBoxLayout()
         foot.setSpacing(8)
-        self.result_label = QLabel("", self)
+        self.result_label = plain_label(QLabel("", self))
         self.result_label.setObjectName("actionResult")
         self.result_label.setWordWrap(True)  # on its own row: a long result wraps, never cut
         self.gc_button = QPushButton("Run gc", self)
@@ -346,7 +349,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.title_label.setText(title)
         self.setWindowTitle(f"{title} — details")
         self.command_label.setText(command)
-        self.command_label.setToolTip(command)
+        self.command_label.setToolTip(plain_tip(command))
         server = holding(snapshot.servers, pid)
         self.server_view.set_server(server, snapshot, pending, last, can_act, self.host,
                                     self._why_not)
@@ -421,7 +424,7 @@ class ProcessDetailView(ModelControls, QDialog):
         self.free_button.setText(free_button_text(cache, busy, all_=False))
         self.free_button.setEnabled(bool(cache) and report is not None and can_act and not busy)
         if self._why_not:
-            self.free_button.setToolTip(self._why_not)
+            self.free_button.setToolTip(plain_tip(self._why_not))
         elif busy:
             self.free_button.setToolTip("Freeing the cache…")
         elif report is None:
@@ -435,13 +438,14 @@ class ProcessDetailView(ModelControls, QDialog):
                 f"gc.collect() + torch.cuda.empty_cache() in the process: returns about "
                 f"{fmt_bytes(cache)} of cached memory to the driver")
         self.gc_button.setEnabled(report is not None and can_act and not busy)
-        self.gc_button.setToolTip(self._why_not or GC_TIP)
+        self.gc_button.setToolTip(plain_tip(self._why_not or GC_TIP))
         self.terminate_button.setEnabled(not self._why_not)
-        self.terminate_button.setToolTip(self._why_not or "Stop the process (asks you first)")
+        self.terminate_button.setToolTip(plain_tip(self._why_not
+                                                   or "Stop the process (asks you first)"))
 
     def show_result(self, text: str, tooltip: str = "", error: bool = False) -> None:
         self.result_label.setText(text)
-        self.result_label.setToolTip(tooltip or text)
+        self.result_label.setToolTip(plain_tip(tooltip or text))
         color = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL] if error else pal.hex_color(
             pal.foreground(self.palette()))
         self.result_label.setStyleSheet(f"color: {color};")

@@ -33,6 +33,7 @@ from app.agent.protocol import RELOAD_GRACE_S
 from app.core.control.measure import ActionFigures
 from app.core.units import fmt_ago, fmt_bytes, fmt_duration, fmt_fraction
 from app.ui.settings.values import AutoUnloadSettings
+from app.ui.style.text import plain_label, plain_tip
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,8 @@ class AutoUnloadForm(QWidget):
                           "forward pass reloads them.")
         self.note.setMaximumWidth(320)
         lay.addWidget(self.note)
-        self.status = QLabel(self)  # the policy's state and last unload (the control sets it)
+        # The policy's state and last unload, naming models (the control sets it).
+        self.status = plain_label(QLabel(self))
         self.status.setObjectName("autoUnloadStatus")
         self.status.setWordWrap(True)
         self.status.setMaximumWidth(320)
@@ -278,7 +280,7 @@ class AutoUnloadControl(QToolButton):
         if not self.available:
             tip += "\n\nNot available: " + (getattr(self, "_unavailable_why", "") or
                                             "this build has no pressure policy")
-        self.setToolTip(tip + "\n\nClick to change.")
+        self.setToolTip(plain_tip(tip + "\n\nClick to change."))
         if self.form.status.text() != state:
             self.form.status.setText(state)
 

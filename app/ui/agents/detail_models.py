@@ -24,6 +24,7 @@ from app.ui.agents.model_actions import (
 )
 from app.ui.agents.model_list import MODEL_ID_ROLE, model_size
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_tip
 
 #: What the detail view says where a section has nothing to show.
 NO_GPU = "Not on any GPU in the latest sample."
@@ -118,23 +119,24 @@ class ModelControls:
         if managed or m.unload_blocker:
             refused = (f"{managed} manages {m.name}: use {managed}'s unload (above)" if managed
                        else f"The agent refuses any unload of {m.name}: {m.unload_blocker}")
-            self.unload_cpu_button.setToolTip(refused)
-            self.unload_disk_button.setToolTip(refused)
+            self.unload_cpu_button.setToolTip(plain_tip(refused))
+            self.unload_disk_button.setToolTip(plain_tip(refused))
         else:
-            self.unload_cpu_button.setToolTip(
+            self.unload_cpu_button.setToolTip(plain_tip(
                 f"Move {m.name}'s weights ({size}) to pinned host memory and release the GPU "
-                "memory; the next forward pass reloads them (fast)")
-            self.unload_disk_button.setToolTip(
+                "memory; the next forward pass reloads them (fast)"))
+            self.unload_disk_button.setToolTip(plain_tip(
                 f"Write {m.name}'s weights ({size}) to a file on disk and release the GPU "
-                "memory; frees host memory too, slower to reload")
-        self.reload_button.setToolTip(f"Bring {m.name}'s weights back to {model_device(m)} now "
-                                      "(instead of at the next forward pass)")
+                "memory; frees host memory too, slower to reload"))
+        self.reload_button.setToolTip(plain_tip(
+            f"Bring {m.name}'s weights back to {model_device(m)} now "
+            "(instead of at the next forward pass)"))
         self.pin_button.setToolTip("Pinned models are never unloaded automatically (by the "
                                    "idle timer or the memory-pressure policy)"
                                    if not m.pinned else "Allow automatic unloading again")
         if self._why_not:  # its host is not connected: that is why, whatever else holds
             for b in buttons:
-                b.setToolTip(self._why_not)
+                b.setToolTip(plain_tip(self._why_not))
         can_force = (last is not None and getattr(last, "can_force", False) and resident
                      and not busy and live)
         self.force_button.setVisible(bool(can_force))
@@ -162,8 +164,9 @@ class ModelControls:
         label = self.model_result
         if label.text() != text:
             label.setText(text)
-        if label.toolTip() != (tooltip or text):
-            label.setToolTip(tooltip or text)
+        tip = plain_tip(tooltip or text)
+        if label.toolTip() != tip:
+            label.setToolTip(tip)
         if error:
             color = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
         elif muted:

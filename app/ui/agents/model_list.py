@@ -27,6 +27,7 @@ from app.ui.agents.model_actions import (
     state_text,
 )
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_tip
 
 MODEL_COLUMNS = ("Name", "State", "Size", "Device", "Idle", "Pinned", "Mode", "Dtype", "Params",
                  "Class")
@@ -237,8 +238,9 @@ class ModelListModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int((Qt.AlignmentFlag.AlignRight if col in _MODEL_NUMERIC
                         else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(m, col)
+        if role == Qt.ItemDataRole.ToolTipRole:  # names the model: the process's words
+            tip = self._tooltip(m, col)
+            return plain_tip(tip) if tip else tip
         if role == Qt.ItemDataRole.ForegroundRole:
             text = self.text(m, col)
             if text == NA or (col == MCOL_IDLE and text == "in use"):

@@ -35,6 +35,7 @@ from app.core.control.requests import RECORD_SECONDS, RecordAllocations, Request
 from app.core.units import NA, fmt_bytes
 from app.ui.style import palette as pal
 from app.ui.style.tables import flat_list
+from app.ui.style.text import plain_label, plain_tip
 
 SITE_COLUMNS = ("Call site", "Allocated", "Count", "Still allocated")
 SCOL_SITE, SCOL_BYTES, SCOL_COUNT, SCOL_LIVE = range(len(SITE_COLUMNS))
@@ -109,7 +110,7 @@ class RecordView(QWidget):
         self.progress.setFixedWidth(120)
         self.progress.setFixedHeight(10)
         self.progress.setVisible(False)
-        self.status = QLabel("", self)
+        self.status = plain_label(QLabel("", self))  # the agent's words, errors included
         self.status.setObjectName("recordStatus")
         self.status.setWordWrap(True)
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -142,7 +143,7 @@ class RecordView(QWidget):
 
         foot = QHBoxLayout()
         foot.setSpacing(8)
-        self.path_label = QLabel("", self)
+        self.path_label = plain_label(QLabel("", self))  # a path the agent chose
         self.path_label.setObjectName("recordPath")
         self.path_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -292,7 +293,7 @@ class RecordView(QWidget):
                                     fmt_bytes(site.live_bytes)])
             for col in (SCOL_BYTES, SCOL_COUNT, SCOL_LIVE):
                 item.setTextAlignment(col, right)
-            item.setToolTip(SCOL_SITE, site.site)
+            item.setToolTip(SCOL_SITE, plain_tip(site.site))
             self.table.addTopLevelItem(item)
         self.table.setUpdatesEnabled(True)
         self.table.setVisible(bool(result.sites))
@@ -304,7 +305,7 @@ class RecordView(QWidget):
         if path:  # a remote host's file is on that host: no folder to open here
             where = f" on {self.host}" if self.host else ""
             self.path_label.setText(f"Snapshot file{where}: {path}")
-            self.path_label.setToolTip(path)
+            self.path_label.setToolTip(plain_tip(path))
             self.open_button.setVisible(not self.host)
 
     def _open_folder(self) -> None:
@@ -314,7 +315,7 @@ class RecordView(QWidget):
 
     def _show_status(self, text: str, error: bool = False) -> None:
         self.status.setText(text)
-        self.status.setToolTip(text)
+        self.status.setToolTip(plain_tip(text))
         self.status.setStyleSheet(
             f"color: {pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]};" if error else "")
 

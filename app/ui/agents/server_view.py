@@ -50,6 +50,7 @@ from app.ui.agents.server_texts import (
     vram_tooltip,
 )
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_label, plain_tip
 
 HEADERS = ("Model", "VRAM", "GPU", "State", "Activity", "Unloads itself", "", "")
 (SCOL_NAME, SCOL_VRAM, SCOL_GPU, SCOL_STATE, SCOL_ACTIVITY, SCOL_EXPIRES, SCOL_BUTTON,
@@ -69,13 +70,14 @@ class _ModelRow:
 
     def __init__(self, view: ServerView, row: int) -> None:
         self.model_id: str | None = None
-        self.labels = [QLabel(view) for _ in range(SCOL_BUTTON)]
+        # A model's name and figures, and the outcome of its unload, are the server's words.
+        self.labels = [plain_label(QLabel(view)) for _ in range(SCOL_BUTTON)]
         self.labels[SCOL_NAME].setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.button = QPushButton("Unload", view)
         self.button.setObjectName("serverUnloadButton")
         self.button.setAutoDefault(False)
         self.button.clicked.connect(lambda: view.clicked(self.model_id))
-        self.note = QLabel(view)
+        self.note = plain_label(QLabel(view))
         self.note.setObjectName("serverModelNote")
         self.note.setWordWrap(True)
         self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -109,12 +111,13 @@ class ServerView(QWidget):
         lay.setSpacing(4)
         head = QHBoxLayout()
         head.setSpacing(10)
-        self.title_label = QLabel(self)
+        # The server's name, facts and errors are its own words (or its process's).
+        self.title_label = plain_label(QLabel(self))
         self.title_label.setObjectName("serverTitle")
         font = self.title_label.font()
         font.setBold(True)
         self.title_label.setFont(font)
-        self.facts_label = QLabel(self)
+        self.facts_label = plain_label(QLabel(self))
         self.facts_label.setObjectName("secondary")
         self.facts_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.facts_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -124,9 +127,9 @@ class ServerView(QWidget):
         head.addWidget(self.facts_label, 1)
         head.addWidget(self.activity_label)
         lay.addLayout(head)
-        self.error_label = QLabel(self)
+        self.error_label = plain_label(QLabel(self))
         self.error_label.setObjectName("serverError")
-        self.reservation_label = QLabel(self)
+        self.reservation_label = plain_label(QLabel(self))
         self.reservation_label.setObjectName("serverReservation")
         self.nvml_label = QLabel(self)
         self.nvml_label.setObjectName("secondary")
@@ -149,7 +152,7 @@ class ServerView(QWidget):
         self.no_models_label = QLabel(NO_MODELS, self)
         self.no_models_label.setObjectName("secondary")
         lay.addWidget(self.no_models_label)
-        self.note_label = QLabel(self)
+        self.note_label = plain_label(QLabel(self))
         self.note_label.setObjectName("serverUnloadNote")
         self.note_label.setWordWrap(True)
         lay.addWidget(self.note_label)
@@ -175,7 +178,7 @@ class ServerView(QWidget):
         self.title_label.setText(server.display)
         facts = server_facts(server)
         self.facts_label.setText(facts)
-        self.facts_label.setToolTip(facts)
+        self.facts_label.setToolTip(plain_tip(facts))
         self.activity_label.setText(server_activity(server, now))
         self.activity_label.setToolTip("Generating now" if server.busy else
                                        "Its queue is empty" if server.idle_since is not None
@@ -237,7 +240,7 @@ class ServerView(QWidget):
                 expires_text(m, now) or f"{server.label} does not say")
         for label, text, tip in zip(row.labels, texts, tips):
             label.setText(text)
-            label.setToolTip(tip)
+            label.setToolTip(plain_tip(tip))
         muted = pal.hex_color(pal.muted(self.palette()))
         _style(row.labels[SCOL_VRAM], f"color: {muted};" if m.vram_bytes is None else "")
         reload = m.state in ("on cpu", "sleeping")
@@ -251,7 +254,7 @@ class ServerView(QWidget):
             tip = BUSY_TEXT[0].upper() + BUSY_TEXT[1:]
         else:
             tip = unload_tooltip(server, m)
-        row.button.setToolTip(tip)
+        row.button.setToolTip(plain_tip(tip))
         if server.can_unload and not running:
             self._requests[m.id] = model_request(server, m, self._host)
         if running:
@@ -265,7 +268,7 @@ class ServerView(QWidget):
 
     def _set_note(self, row: _ModelRow, text: str, level: str, tooltip: str) -> None:
         row.note.setText(text)
-        row.note.setToolTip(tooltip or text)
+        row.note.setToolTip(plain_tip(tooltip or text))
         color = {"error": pal.LEVEL_COLORS[pal.LEVEL_CRITICAL], "waiting": self._warning(),
                  "ok": pal.hex_color(pal.foreground(self.palette()))}.get(
             level, pal.hex_color(pal.muted(self.palette())))

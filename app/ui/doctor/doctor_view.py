@@ -42,6 +42,7 @@ from app.ui.doctor.texts import SEVERITY_RANK, SEVERITY_TEXT, report_row, where_
 from app.ui.style import palette as pal
 from app.ui.style.hosts import stale, state_text
 from app.ui.style.tables import flat_list
+from app.ui.style.text import plain_label, plain_tip
 
 PAST_COLUMNS = ("Time", "Process", "Asked for", "Cause")
 _LEVEL_OF = {"critical": pal.LEVEL_CRITICAL, "warning": pal.LEVEL_WARNING,
@@ -84,7 +85,8 @@ class DiagnosisCard(QFrame):
         self.badge.setFont(bold)
         self.badge.setFixedWidth(max(QFontMetrics(bold).horizontalAdvance(t)
                                      for t in SEVERITY_TEXT.values()) + 18)
-        self.title = QLabel("", self)
+        # A finding names processes, models and hosts (a remote one's is its server's).
+        self.title = plain_label(QLabel("", self))
         self.title.setObjectName("diagnosisTitle")
         self.title.setWordWrap(True)
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -92,7 +94,7 @@ class DiagnosisCard(QFrame):
         tf = self.title.font()
         tf.setBold(True)
         self.title.setFont(tf)
-        self.where = QLabel("", self)
+        self.where = plain_label(QLabel("", self))
         self.where.setObjectName("secondary")
         self.report_button = QPushButton("Open report…", self)
         self.report_button.setObjectName("openReportButton")
@@ -103,7 +105,7 @@ class DiagnosisCard(QFrame):
         head.addWidget(self.where, 0, Qt.AlignmentFlag.AlignTop)
         head.addWidget(self.report_button, 0, Qt.AlignmentFlag.AlignTop)
         lay.addLayout(head)
-        self.evidence = QLabel("", self)
+        self.evidence = plain_label(QLabel("", self))
         self.evidence.setObjectName("diagnosisEvidence")
         self.evidence.setWordWrap(True)
         self.evidence.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -226,7 +228,7 @@ class DoctorView(QWidget):
         self.past_list.itemActivated.connect(self._on_past_activated)
         self.past_list.itemDoubleClicked.connect(self._on_past_activated)
         slay.addWidget(self.past_list, 1)
-        self.past_note = QLabel("Reading…", side)
+        self.past_note = plain_label(QLabel("Reading…", side))  # with a read error
         self.past_note.setObjectName("secondary")
         self.past_note.setWordWrap(True)
         slay.addWidget(self.past_note)
@@ -356,7 +358,7 @@ class DoctorView(QWidget):
         row[1] = on_host(host, row[1])
         item = QTreeWidgetItem(row)
         item.setData(0, Qt.ItemDataRole.UserRole, report.id)
-        tip = "\n".join([on_host(host, report.title), *report.explanation])
+        tip = plain_tip("\n".join([on_host(host, report.title), *report.explanation]))
         for col in range(len(PAST_COLUMNS)):
             item.setToolTip(col, tip)
         self.past_list.insertTopLevelItem(index, item)

@@ -27,6 +27,7 @@ from app.core.control.requests import FreeCache, Request, RequestError, Terminat
 from app.core.control.terminate import check
 from app.core.monitor.samples import Snapshot
 from app.ui.doctor.texts import SNIPPETS, fix_button_text, gain_text
+from app.ui.style.text import plain_label, plain_tip
 
 #: How long "Copied" shows on a Copy button.
 COPIED_MS = 1500
@@ -102,7 +103,7 @@ class FixList(QWidget):
         for row, fix in enumerate(fixes):
             rank = QLabel(f"{row + 1}.", self)
             rank.setObjectName("secondary")
-            text = QLabel(fix.text, self)
+            text = plain_label(QLabel(fix.text, self))  # names processes and models
             policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
             policy.setHeightForWidth(True)  # as tall as its wrapped lines, no taller
             text.setSizePolicy(policy)
@@ -150,7 +151,7 @@ class FixList(QWidget):
         if snippet is not None:
             button = QPushButton("Copy", self)
             button.setObjectName("copyFixButton")
-            button.setToolTip(f"Copy “{snippet}” to the clipboard")
+            button.setToolTip(plain_tip(f"Copy “{snippet}” to the clipboard"))
             width = max(button.fontMetrics().horizontalAdvance(t) for t in ("Copy", "Copied"))
             button.setMinimumWidth(width + 24)
             button.clicked.connect(lambda *_a, s=snippet, b=button: _copy(s, b))
@@ -161,7 +162,7 @@ class FixList(QWidget):
             return None
         button = QPushButton(fix_button_text(fix), self)
         button.setObjectName("fixButton")
-        button.setToolTip(fix.text)
+        button.setToolTip(plain_tip(fix.text))
         button.clicked.connect(lambda *_a, r=request: self.request.emit(r))
         button.setEnabled(self._can_act)
         self.buttons.append(button)
@@ -189,7 +190,7 @@ class FixList(QWidget):
         for pid, button in self.terminate_buttons.items():
             why = self._refusals.get(pid, "")
             button.setEnabled(not why)
-            button.setToolTip(f"Cannot terminate: {why}" if why else
+            button.setToolTip(plain_tip(f"Cannot terminate: {why}") if why else
                               f"Terminate pid {pid}: asks you to confirm first")
 
 

@@ -38,6 +38,7 @@ from app.ui.doctor.texts import verdict_text
 from app.ui.style import palette as pal
 from app.ui.style.hosts import gpu_text
 from app.ui.style.tables import Selection, flat_list
+from app.ui.style.text import plain_label, plain_tip
 
 HOLDER_COLUMNS = ("Process", "PID", "GPU memory", "Live tensors", "Cache", "Agent",
                   "Idle models")
@@ -107,7 +108,8 @@ class HoldersBar(QWidget):
         self.used = sum(b for _, b, _ in segments)
         self.total = total if total else None
         self.request = request
-        self.setToolTip("\n".join(f"{name}: {fmt_bytes(b)}" for name, b, _ in segments))
+        self.setToolTip(plain_tip("\n".join(f"{name}: {fmt_bytes(b)}"
+                                            for name, b, _ in segments)))
         self.update()
 
     def sizeHint(self) -> QSize:  # noqa: N802
@@ -168,7 +170,9 @@ class OomDialog(QDialog):
         outer.setContentsMargins(18, 14, 18, 12)
         outer.setSpacing(10)
 
-        self.title = QLabel(f"{host}: {report.title}" if host else report.title, self)
+        # The title, the GPU's name and the explanation name processes and models.
+        self.title = plain_label(QLabel(f"{host}: {report.title}" if host else report.title,
+                                        self))
         self.title.setObjectName("oomTitle")
         self.title.setWordWrap(True)
         tf = self.title.font()
@@ -182,7 +186,7 @@ class OomDialog(QDialog):
                f"pid {report.pid}", "cause: " + verdict_text(report.verdict)]
         if report.demo:
             sub.append("simulated by the demo")
-        self.subtitle = QLabel(" · ".join(sub), self)
+        self.subtitle = plain_label(QLabel(" · ".join(sub), self))
         self.subtitle.setObjectName("secondary")
         self.subtitle.setWordWrap(True)
         outer.addWidget(self.subtitle)
@@ -199,7 +203,7 @@ class OomDialog(QDialog):
         body.setContentsMargins(0, 0, 6, 0)  # clear of the scroll bar when it shows
         body.setSpacing(10)
 
-        self.explanation = QLabel(explanation_text(report), self.body)
+        self.explanation = plain_label(QLabel(explanation_text(report), self.body))
         self.explanation.setObjectName("oomExplanation")
         self.explanation.setWordWrap(True)
         self.explanation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -326,7 +330,7 @@ class OomDialog(QDialog):
             item.setData(HCOL_PROCESS, Qt.ItemDataRole.DecorationRole, color)
             for col in (HCOL_PID, HCOL_GPU, HCOL_LIVE, HCOL_CACHE):
                 item.setTextAlignment(col, right)
-            item.setToolTip(HCOL_PROCESS, name)
+            item.setToolTip(HCOL_PROCESS, plain_tip(name))
             if not h.has_agent:
                 for col in (HCOL_LIVE, HCOL_CACHE, HCOL_AGENT):
                     item.setToolTip(col, NO_AGENT_TIP)

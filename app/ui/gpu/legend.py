@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLay
 
 from app.core.monitor.plot_data import LegendEntry, Role
 from app.core.units import fmt_bytes
-from app.ui.style.text import elide_keeping_pid
+from app.ui.style.text import elide_keeping_pid, plain_label, plain_tip
 
 
 def value_text(entry: LegendEntry) -> str:
@@ -26,7 +26,7 @@ class _LegendRow(QWidget):
         lay.setSpacing(6)
         self.swatch = QFrame(self)
         self.swatch.setFixedSize(14, 4)
-        self.name = QLabel(self)
+        self.name = plain_label(QLabel(self))  # a process's name: its owner's words
         self.name.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.value = QLabel(self)
         self.value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -53,7 +53,7 @@ class _LegendRow(QWidget):
                 f"background: transparent; border-top: 3px {style} rgba({c.red()},{c.green()},"
                 f"{c.blue()},{c.alpha()});")
             self.name.setText(elide_keeping_pid(self.name.fontMetrics(), name, self.name_px))
-            self.name.setToolTip(tip or name)
+            self.name.setToolTip(plain_tip(tip or name))
             font = self.name.font()
             font.setBold(entry.emphasised)
             self.name.setFont(font)

@@ -47,6 +47,7 @@ from app.ui.gpu.unattributed import explanation, unknown_reason
 from app.ui.gpu.util_strip import UtilStrip
 from app.ui.style import palette as pal
 from app.ui.style.format import fmt_memory_usage, fmt_temp, fmt_watts
+from app.ui.style.text import plain_label, plain_tip
 
 MIN_HEIGHT = 262  # px without the "PyTorch memory" section
 
@@ -116,17 +117,19 @@ class GpuPanel(QFrame):
     def _build_header(self) -> QHBoxLayout:
         header = QHBoxLayout()
         header.setSpacing(10)
-        self.title_label = QLabel(self)
+        # The title, name, state and message carry the host's words (its name, the
+        # GPU's, the driver's message, why the host is not connected).
+        self.title_label = plain_label(QLabel(self))
         self.title_label.setObjectName("gpuTitle")
         tf = self.title_label.font()
         tf.setBold(True)
         tf.setPointSizeF(tf.pointSizeF() * 1.12)
         self.title_label.setFont(tf)
-        self.name_label = QLabel(self)
+        self.name_label = plain_label(QLabel(self))
         self.name_label.setObjectName("gpuName")
         self.name_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.name_label.installEventFilter(self)  # elided again when resized
-        self.state_label = QLabel(self)
+        self.state_label = plain_label(QLabel(self))
         self.state_label.setObjectName("gpuState")
         self.figures = QWidget(self)
         fig_row = QHBoxLayout(self.figures)
@@ -168,7 +171,7 @@ class GpuPanel(QFrame):
         gauge_row.addWidget(self.memory_label)
         gauge_row.addWidget(self.gauge, 1)
         gauge_row.addWidget(self.reserved_label)
-        self.message_label = QLabel(self.status_stack)
+        self.message_label = plain_label(QLabel(self.status_stack))
         self.message_label.setObjectName("gpuMessage")
         self.message_label.setWordWrap(True)
         msf = self.message_label.font()
@@ -253,7 +256,7 @@ class GpuPanel(QFrame):
         """Greyed with ``text`` ("disconnected since …") in place of "OK" while the
         GPU's host is not connected (its last figures stay: never 0); None: live.
         ``reason``: why, with what to do (the state's tooltip)."""
-        self.state_label.setToolTip(reason if text else "")
+        self.state_label.setToolTip(plain_tip(reason) if text else "")
         if text == self.stale_text:
             return
         self.stale_text = text
@@ -270,7 +273,7 @@ class GpuPanel(QFrame):
             self._name = gpu.name
             self._show_name()
             where = f"\nHost: {self.host}" if self.host else ""
-            self.name_label.setToolTip(f"{gpu.name}\nUUID: {gpu.uuid or NA}{where}")
+            self.name_label.setToolTip(plain_tip(f"{gpu.name}\nUUID: {gpu.uuid or NA}{where}"))
         self._gpu = gpu
         self._unattributed_now = gpu.unattributed_memory
         self._unattributed_reason = unknown_reason(gpu)
@@ -300,7 +303,7 @@ class GpuPanel(QFrame):
             self.temp_label[1].setText(fmt_temp(gpu.temperature))
             self.power_label[1].setText(fmt_watts(gpu.power_draw, gpu.power_limit))
             notes = "\n".join(f"{k}: {v}" for k, v in gpu.notes.items())
-            self.memory_label.setToolTip(notes)
+            self.memory_label.setToolTip(plain_tip(notes))
         else:
             word = "LOST" if gpu.state == DeviceState.LOST else "ERROR"
             self.state_label.setText(f"● {word}")

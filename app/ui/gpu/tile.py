@@ -18,6 +18,7 @@ from app.core.monitor.samples import DeviceState, GpuSample
 from app.core.units import NA, fmt_bytes, fmt_percent
 from app.ui.style import palette as pal
 from app.ui.style.painting import fill_known_runs
+from app.ui.style.text import plain_tip
 
 HEIGHT_PX = 74
 
@@ -79,7 +80,7 @@ class GpuTile(QWidget):
     def _tip(self) -> None:
         where = f" on {self.host}" if self.host else ""
         tip = f"{self.title}{where}: {self.name}\n{self.memory_text}"
-        self.setToolTip(f"{tip}\n{self.stale_text}" if self.stale_text else tip)
+        self.setToolTip(plain_tip(f"{tip}\n{self.stale_text}" if self.stale_text else tip))
 
     def set_history(self, x: np.ndarray, used: np.ndarray, total: int | None,
                     span_s: float) -> None:

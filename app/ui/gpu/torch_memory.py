@@ -20,7 +20,7 @@ from app.core.monitor.samples import GpuSample, ProcessSample
 from app.core.units import fmt_bytes
 from app.ui.style import palette as pal
 from app.ui.style.painting import rounded_track
-from app.ui.style.text import elide_keeping_pid
+from app.ui.style.text import elide_keeping_pid, plain_label, plain_tip
 
 # -- breakdown figures ----------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ class BreakdownRow(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(10)
-        self.name = QLabel(self)
+        self.name = plain_label(QLabel(self))  # a process's name: its owner's words
         self.name.setFixedWidth(name_width)
         self.bar = BreakdownBar(self)
         self.figures = QLabel(self)
@@ -225,7 +225,7 @@ class BreakdownRow(QWidget):
         if tooltip != self._tip:
             self._tip = tooltip
             for w in (self, self.name, self.bar, self.figures):
-                w.setToolTip(tooltip)
+                w.setToolTip(plain_tip(tooltip))
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
         self.double_clicked.emit(self.pid)
@@ -264,7 +264,7 @@ class AgentSection(QWidget):
         self.title.setFont(tf)
         self.title.setToolTip("Reported by the VRAM Steward agent inside each PyTorch process")
         self.legend = BreakdownLegend(self)
-        self.result_label = QLabel("", self)
+        self.result_label = plain_label(QLabel("", self))  # an action's outcome, names in it
         self.result_label.setObjectName("secondary")
         self.result_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.result_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -345,9 +345,9 @@ class AgentSection(QWidget):
             tip = (f"Empty the PyTorch cache of {len(freeable)} process"
                    f"{'es' if len(freeable) != 1 else ''} on this GPU (gc + empty_cache), "
                    f"about {fmt_bytes(total)}:\n" + "\n".join(freeable.values()))
-        button.setToolTip(tip)
+        button.setToolTip(plain_tip(tip))
         button.setEnabled(bool(freeable) and can_act and not busy)
 
     def set_result(self, text: str, tooltip: str = "") -> None:
         self.result_label.setText(text)
-        self.result_label.setToolTip(tooltip or text)
+        self.result_label.setToolTip(plain_tip(tooltip or text))

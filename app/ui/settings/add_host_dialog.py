@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.core.remote.host_config import HostConfig
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_label
 
 #: The host's check: None when it was taken, else what is wrong.
 Validate = Callable[[HostConfig], "str | None"]
@@ -64,7 +65,7 @@ class AddHostDialog(QDialog):
                                      "~/venv/bin/vram-steward")
         form.addRow("Remote command", self.command_edit)
         lay.addLayout(form)
-        self.error_label = QLabel(self)
+        self.error_label = plain_label(QLabel(self))  # names the URL and files given
         self.error_label.setObjectName("addHostError")
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet(

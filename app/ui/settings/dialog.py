@@ -44,6 +44,7 @@ from app.ui.settings.values import (
     GpuAlertLevels,
     UiSettings,
 )
+from app.ui.style.text import plain_tip
 
 THEME_LABELS = (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark"))
 #: A per-GPU spin box at this value means "use the default levels".
@@ -191,7 +192,7 @@ class SettingsDialog(QDialog):
         self._gpu_spins: list[tuple[QSpinBox, QSpinBox]] = []
         for row, gpu in enumerate(self._gpus):
             item = QTableWidgetItem(gpu.label)
-            item.setToolTip(gpu.key)
+            item.setToolTip(plain_tip(gpu.key))  # what the GPU's driver calls it
             item.setFlags(Qt.ItemFlag.ItemIsEnabled)
             self.gpu_table.setItem(row, 0, item)
             pair = []

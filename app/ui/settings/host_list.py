@@ -9,17 +9,29 @@ its host's view in the latest snapshot without asking anything.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.core.monitor.hosts import CONNECTED, HostView
+from app.core.policies.thresholds import (
+    POLICY_MIN_IDLE_MAX_S,
+    POLICY_THRESHOLD_MAX,
+    POLICY_THRESHOLD_MIN,
+)
 from app.core.remote.host_config import HostConfig, check_host, unique_keys
 from app.core.serve.access import ANONYMOUS
 from app.ui.style.hosts import state_text
 
 FOR_THIS_RUN = "for this run"
 SAVED = "saved"
+
+#: The policy form's ranges: whole percents and minutes within the bounds a
+#: server's ``set_policy`` takes, so every value it runs can be shown.
+THRESHOLD_PCT_RANGE = (math.ceil(POLICY_THRESHOLD_MIN * 100 - 1e-6),
+                       math.floor(POLICY_THRESHOLD_MAX * 100 + 1e-6))
+IDLE_MIN_RANGE = (0, math.floor(POLICY_MIN_IDLE_MAX_S / 60 + 1e-6))
 
 
 def watched_hosts(saved: Sequence[HostConfig], given: Sequence[HostConfig]
@@ -107,19 +119,36 @@ def policy_line(entry: HostEntry) -> str:
     return f"{view.policy.text()} (the server's)"
 
 
+def _within(value: int, bounds: tuple[int, int]) -> int:
+    return min(max(value, bounds[0]), bounds[1])
+
+
+def policy_values(policy: Any) -> tuple[bool, int, int]:
+    """What the form shows for ``policy`` (a ``RemotePolicy``): enabled, the
+    threshold in whole percents and the minimum idle time in whole minutes,
+    within the form's ranges."""
+    return (bool(policy.enabled), _within(round(policy.threshold * 100), THRESHOLD_PCT_RANGE),
+            _within(round(policy.min_idle_s / 60), IDLE_MIN_RANGE))
+
+
 def policy_changes(policy: Any, enabled: bool, threshold_pct: int,
                    idle_min: int) -> dict[str, Any]:
     """What the form changed from ``policy`` (a ``RemotePolicy``), as
-    ``set_policy`` takes it: only the values that differ."""
+    ``set_policy`` takes it: only the values the user changed.  Each is
+    measured against what the form showed for the server's value
+    (:func:`policy_values`), so a value the form rounds (87.5 %, 90 s) is never
+    sent back rounded when the user left it alone."""
+    shown = policy_values(policy)
     changes: dict[str, Any] = {}
-    if enabled != policy.enabled:
+    if enabled != shown[0]:
         changes["enabled"] = enabled
-    if threshold_pct != round(policy.threshold * 100):
+    if threshold_pct != shown[1]:
         changes["threshold"] = threshold_pct / 100
-    if idle_min != round(policy.min_idle_s / 60):
+    if idle_min != shown[2]:
         changes["min_idle_s"] = idle_min * 60.0
     return changes
 
 
-__all__ = ["FOR_THIS_RUN", "SAVED", "HostEntry", "added", "host_entries", "policy_changes",
-           "policy_line", "reason_line", "removed", "state_line", "watched_hosts"]
+__all__ = ["FOR_THIS_RUN", "IDLE_MIN_RANGE", "SAVED", "THRESHOLD_PCT_RANGE", "HostEntry", "added",
+           "host_entries", "policy_changes", "policy_line", "policy_values", "reason_line",
+           "removed", "state_line", "watched_hosts"]

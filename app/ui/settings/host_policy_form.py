@@ -4,7 +4,8 @@ The policy runs where the GPU is; this form shows the server's values and
 sends what the user changed (``apply_requested``); the dialog runs the
 request on a worker thread and hands the server's answer, or its refusal,
 back to :meth:`HostPolicyForm.set_answer`.  The controls follow the server's
-policy as it changes, but never while the user is editing them.
+policy as it changes, but never while the user is editing them; their ranges
+are the bounds the server's ``set_policy`` takes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.agents.auto_unload import spin_box
-from app.ui.settings.host_list import HostEntry, policy_changes
+from app.ui.settings.host_list import (
+    IDLE_MIN_RANGE,
+    THRESHOLD_PCT_RANGE,
+    HostEntry,
+    policy_changes,
+    policy_values,
+)
+from app.ui.style.text import plain_label
 
 
 class HostPolicyForm(QGroupBox):
@@ -35,7 +43,7 @@ class HostPolicyForm(QGroupBox):
         self.setObjectName("hostPolicyForm")
         lay = QVBoxLayout(self)
         lay.setSpacing(6)
-        self.note = QLabel(self)
+        self.note = plain_label(QLabel(self))  # with the server's words (why_not)
         self.note.setObjectName("secondary")
         self.note.setWordWrap(True)
         lay.addWidget(self.note)
@@ -52,10 +60,11 @@ class HostPolicyForm(QGroupBox):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         form.setContentsMargins(22, 0, 0, 0)
-        self.threshold_spin = spin_box(self.controls, 50, 99, " %", "hostPolicyThreshold",
+        self.threshold_spin = spin_box(self.controls, *THRESHOLD_PCT_RANGE, " %",
+                                       "hostPolicyThreshold",
                                        "The server acts when one of its GPUs' used memory "
                                        "reaches this share of its total")
-        self.idle_spin = spin_box(self.controls, 0, 24 * 60, " min", "hostPolicyMinIdle",
+        self.idle_spin = spin_box(self.controls, *IDLE_MIN_RANGE, " min", "hostPolicyMinIdle",
                                   "Only models idle at least this long are unloaded")
         self.threshold_spin.setMinimumWidth(self.idle_spin.sizeHint().width())
         form.addRow("Threshold", self.threshold_spin)
@@ -68,12 +77,15 @@ class HostPolicyForm(QGroupBox):
         row.addWidget(self.apply_button)
         row.addStretch(1)
         controls.addLayout(row)
-        self.status = QLabel(self)
+        self.status = plain_label(QLabel(self))  # the server's answer, or its refusal
         self.status.setObjectName("hostPolicyStatus")
         self.status.setWordWrap(True)
         lay.addWidget(self.status)
         self.key = ""
-        self.policy: Any = None  # the RemotePolicy the controls show
+        #: The RemotePolicy the controls were set from: what a change is measured against.
+        self.policy: Any = None
+        #: The server's policy now: whether it runs one and whether the user may change it.
+        self.latest: Any = None
         self.busy = False
         for w in (self.enabled_box, self.threshold_spin, self.idle_spin):
             signal = w.toggled if isinstance(w, QCheckBox) else w.valueChanged
@@ -89,6 +101,7 @@ class HostPolicyForm(QGroupBox):
         if key != self.key:
             self.key, self.policy, self.busy = key, None, False
             self.status.clear()
+        self.latest = policy
         self.setTitle(f"Auto-unload on {key}" if key else "Auto-unload on the host")
         if entry is None:
             self.note.setText("Select a host to see the policy its server runs.")
@@ -108,7 +121,9 @@ class HostPolicyForm(QGroupBox):
                 + ("" if policy.may_change else f" Not yours to change: {policy.why_not}."))
         if policy is None:
             self.policy = None
-        elif policy != self.policy and not self._edited():  # never under the user's edits
+        elif policy != self.policy and (not self._edited() or not self._differs(policy)):
+            # The server's new policy, unless the user is editing (what the form shows
+            # is already the new policy's: nothing of the user's is lost).
             self.policy = policy
             self._show(policy)
         self._sync()
@@ -122,32 +137,39 @@ class HostPolicyForm(QGroupBox):
             self.status.setText(f"Not changed: {error}")
         else:
             self.status.setText(f"{key} now runs: {policy.text()}.")
-            self.policy = policy
+            self.policy = self.latest = policy
             self._show(policy)
         self._sync()
 
     # -- internals ------------------------------------------------------------------------
     def changes(self) -> dict[str, Any]:
-        if self.policy is None:
-            return {}
-        return policy_changes(self.policy, self.enabled_box.isChecked(),
+        """The values the user changed from the server's policy shown, as
+        ``set_policy`` takes them (nothing else is sent)."""
+        return {} if self.policy is None else self._changes_from(self.policy)
+
+    def _changes_from(self, policy: Any) -> dict[str, Any]:
+        return policy_changes(policy, self.enabled_box.isChecked(),
                               self.threshold_spin.value(), self.idle_spin.value())
 
     def _edited(self) -> bool:
         return bool(self.changes())
 
+    def _differs(self, policy: Any) -> bool:
+        return bool(self._changes_from(policy))
+
     def _show(self, policy: Any) -> None:
         widgets = (self.enabled_box, self.threshold_spin, self.idle_spin)
         for w in widgets:
             w.blockSignals(True)
-        self.enabled_box.setChecked(policy.enabled)
-        self.threshold_spin.setValue(round(policy.threshold * 100))
-        self.idle_spin.setValue(round(policy.min_idle_s / 60))
+        enabled, threshold_pct, idle_min = policy_values(policy)
+        self.enabled_box.setChecked(enabled)
+        self.threshold_spin.setValue(threshold_pct)
+        self.idle_spin.setValue(idle_min)
         for w in widgets:
             w.blockSignals(False)
 
     def _sync(self, *_args: object) -> None:
-        p = self.policy
+        p = self.latest if self.policy is not None else None
         self.controls.setVisible(p is not None and p.available)
         usable = p is not None and p.available and p.may_change and not self.busy
         self.enabled_box.setEnabled(usable)

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 from app.core.monitor.hosts import CONNECTED, CONNECTING
 from app.ui.settings.host_list import HostEntry, policy_line, reason_line, state_line
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_label
 
 
 class HostRow(QFrame):
@@ -32,7 +33,7 @@ class HostRow(QFrame):
         lay.setSpacing(2)
         head = QHBoxLayout()
         head.setSpacing(8)
-        self.name_label = QLabel(self)
+        self.name_label = plain_label(QLabel(self))
         self.name_label.setObjectName("hostName")
         font = self.name_label.font()
         font.setBold(True)
@@ -42,20 +43,20 @@ class HostRow(QFrame):
         head.addWidget(self.name_label)
         head.addWidget(self.tag_label)
         head.addStretch(1)
-        self.state_label = QLabel(self)
+        self.state_label = plain_label(QLabel(self))  # names the user and the host
         self.state_label.setObjectName("hostState")
         head.addWidget(self.state_label)
         lay.addLayout(head)
-        self.url_label = QLabel(self)
+        self.url_label = plain_label(QLabel(self))
         self.url_label.setObjectName("secondary")
         self.url_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.url_label)
-        self.reason_label = QLabel(self)
+        self.reason_label = plain_label(QLabel(self))  # the host's or the server's words
         self.reason_label.setObjectName("hostReason")
         self.reason_label.setWordWrap(True)
         self.reason_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.reason_label)
-        self.policy_label = QLabel(self)
+        self.policy_label = plain_label(QLabel(self))  # with the server's why_not
         self.policy_label.setObjectName("hostPolicy")
         self.policy_label.setWordWrap(True)
         lay.addWidget(self.policy_label)

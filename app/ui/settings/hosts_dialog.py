@@ -8,16 +8,16 @@ What changes is handed on as ``hosts_changed(saved hosts)``: the caller
 keeps it in the settings and watches it at once.  Hosts given with
 ``--host`` are shown "for this run": they are not the settings' to remove.
 
-The selected host's pressure policy is its server's; a change is sent on a
-worker thread (``set_policy``, blocking) and the server's answer or refusal
-comes back to the form.
+The selected host's pressure policy is its server's; a change is sent by a
+:class:`PolicyCourier` (``set_policy`` on a worker thread) and the server's
+answer or refusal comes back to the form.  The courier is its owner's and
+outlives the dialog, so a dialog closed while a change is in flight is simply
+not told.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -37,32 +37,28 @@ from app.ui.settings.add_host_dialog import AddHostDialog
 from app.ui.settings.host_list import HostEntry, added, host_entries, removed
 from app.ui.settings.host_policy_form import HostPolicyForm
 from app.ui.settings.host_row import HostRow
+from app.ui.settings.policy_courier import PolicyCourier
 from app.ui.style import palette as pal
-
-log = logging.getLogger(__name__)
-
-#: Changes a host's policy on its server and returns the policy it now runs
-#: (blocking; RemoteError with the server's refusal).
-SetPolicy = Callable[..., Any]
+from app.ui.style.text import plain_label
 
 
 class HostsDialog(QDialog):
     hosts_changed = Signal(object)  # tuple[HostConfig, ...]: the saved hosts now
-    _answered = Signal(str, object, object)  # key, RemotePolicy | None, error | None
 
     def __init__(self, saved: Sequence[HostConfig], given: Sequence[HostConfig] = (),
-                 views: Sequence[HostView] = (), set_policy: SetPolicy | None = None,
+                 views: Sequence[HostView] = (), courier: PolicyCourier | None = None,
                  parent: QWidget | None = None) -> None:
+        """``courier``: carries policy changes to the hosts' servers (None: this
+        window cannot change them); its owner keeps it beyond the dialog."""
         super().__init__(parent)
         self.setObjectName("hostsDialog")
         self.setWindowTitle("Hosts")
         self.saved = tuple(saved)
         self.given = tuple(given)
         self.views = tuple(views)
-        self._set_policy = set_policy
+        self.courier = courier
         self.selected = ""
         self.rows: dict[str, HostRow] = {}
-        self.threads: list[threading.Thread] = []
         lay = QVBoxLayout(self)
         intro = QLabel("The remote hosts this window watches, each on its own connection: "
                        "one that fails changes only its own tiles and rows.", self)
@@ -86,7 +82,7 @@ class HostsDialog(QDialog):
         self.rows_layout.addStretch(1)
         self.scroll.setWidget(body)
         lay.addWidget(self.scroll, 1)
-        self.message = QLabel(self)
+        self.message = plain_label(QLabel(self))  # names the URL added or removed
         self.message.setObjectName("hostsMessage")
         self.message.setWordWrap(True)
         self.message.hide()
@@ -106,7 +102,8 @@ class HostsDialog(QDialog):
         buttons.addStretch(1)
         buttons.addWidget(close)
         lay.addLayout(buttons)
-        self._answered.connect(self.policy_form.set_answer)
+        if courier is not None:  # disconnected when the form is deleted
+            courier.answered.connect(self.policy_form.set_answer)
         self.setStyleSheet(pal.view_rules(self.palette())
                            + " QScrollArea#hostsScroll, QWidget#hostsBody "
                              "{ background: transparent; }")
@@ -158,25 +155,11 @@ class HostsDialog(QDialog):
 
     # -- a host's policy --------------------------------------------------------------------
     def change_policy(self, key: str, changes: dict[str, Any]) -> None:
-        """Send ``changes`` to ``key``'s server on a worker thread of its own."""
-        if self._set_policy is None:
-            self._answered.emit(key, None, "this window cannot change a host's policy")
+        """Send ``changes`` to ``key``'s server (the courier's worker thread)."""
+        if self.courier is None:
+            self.policy_form.set_answer(key, None, "this window cannot change a host's policy")
             return
-        thread = threading.Thread(target=self._run_policy, args=(key, changes), daemon=True,
-                                  name=f"vram-steward-policy-{key}")
-        self.threads = [t for t in self.threads if t.is_alive()] + [thread]
-        thread.start()
-
-    def _run_policy(self, key: str, changes: dict[str, Any]) -> None:  # a worker thread
-        policy, error = None, None
-        try:
-            policy = self._set_policy(key, **changes) if self._set_policy else None
-        except Exception as exc:  # the server's refusal, or the host gone: shown
-            error = str(exc) or type(exc).__name__
-        try:
-            self._answered.emit(key, policy, error)
-        except RuntimeError:  # the dialog is gone
-            log.info("host %s: policy answer after the dialog closed: %s", key, error or "ok")
+        self.courier.send(key, changes)
 
     # -- drawing ----------------------------------------------------------------------------
     def _entry(self, key: str) -> HostEntry | None:

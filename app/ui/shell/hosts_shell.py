@@ -4,8 +4,9 @@ and what it changes kept in the settings and watched at once.
 The saved hosts go to the settings (``UiSettings.hosts``, written by the
 desktop shell's store) and the Fleet watches them with those given for this
 run (``--host``), which are never written.  A host's policy change runs on
-the dialog's worker thread through the Fleet (``Fleet.set_policy``), on the
-host's server.
+a worker thread through the Fleet (``Fleet.set_policy``), on the host's
+server; its answer comes back through this shell's courier, which outlives
+every dialog (one closed meanwhile is not told).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from app.core.monitor.samples import Snapshot
 from app.core.remote.host_config import HostConfig
 from app.ui.settings.host_list import watched_hosts
 from app.ui.settings.hosts_dialog import HostsDialog
+from app.ui.settings.policy_courier import PolicyCourier
 
 #: The open dialog follows the hosts' states at most this often.
 REFRESH_S = 1.0
@@ -34,6 +36,7 @@ class HostsShell(QObject):
         self.window = window
         self.fleet = fleet
         self._save = save
+        self.courier = PolicyCourier(fleet.set_policy, self) if fleet is not None else None
         self.dialog: HostsDialog | None = None
         self._latest: Snapshot | None = None
         self._refreshed = 0.0
@@ -43,8 +46,7 @@ class HostsShell(QObject):
         if self.dialog is None:
             views = self._latest.hosts if self._latest is not None else ()
             dialog = HostsDialog(self.window.settings.hosts, self.given(), views,
-                                 set_policy=self.fleet.set_policy if self.fleet else None,
-                                 parent=self.window)
+                                 courier=self.courier, parent=self.window)
             dialog.hosts_changed.connect(self.apply)
             dialog.finished.connect(self._closed)
             self.dialog = dialog

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 
 from app.core.policies.alerts import Alert
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_label
 
 
 class Channel(str, enum.Enum):
@@ -112,12 +113,13 @@ class AlertBanner(QWidget):
         lay.setContentsMargins(12, 8, 8, 8)
         text = QVBoxLayout()
         text.setSpacing(2)
-        self.title = QLabel("", self.frame)
+        # An alert names hosts, GPUs, processes and models.
+        self.title = plain_label(QLabel("", self.frame))
         self.title.setObjectName("bannerTitle")
         f = self.title.font()
         f.setBold(True)
         self.title.setFont(f)
-        self.body = QLabel("", self.frame)
+        self.body = plain_label(QLabel("", self.frame))
         self.body.setWordWrap(True)
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         text.addWidget(self.title)

@@ -31,7 +31,6 @@ from app.ui.agents.agent_actions import cache_details, cache_failed, cache_summa
 from app.ui.agents.agent_views import ProcessDetailView
 from app.ui.agents.model_actions import model_summary
 from app.ui.shell.controller import ControllerAdapter
-from app.ui.style import palette as pal
 from app.ui.style.hosts import stale, state_text
 from app.ui.window.gpu_feed import feed_agents
 from app.ui.window.terminate_views import TerminateViews
@@ -189,7 +188,7 @@ class ActionViews(TerminateViews):
             self._on_action_update(action)
         else:
             if action.reason != "pressure":
-                self._status(on_host(action.host, model_summary(action)))
+                self._status(on_host(action.host, model_summary(action)), owner=action)
             self._refresh_agent_widgets()
 
     def _on_progress(self, action: CacheAction, _pid: int) -> None:
@@ -207,7 +206,8 @@ class ActionViews(TerminateViews):
         if isinstance(action, TerminateAction):
             self._on_terminate_update(action)
         elif isinstance(action, CacheAction):
-            self._show_action(action)
+            # Its figures, late: the status line keeps a newer outcome it may show now.
+            self._show_action(action, status=self._status_owner is action)
         elif self._measured_models is not None:
             self._measured_models.append(action)
         else:
@@ -216,23 +216,22 @@ class ActionViews(TerminateViews):
     def _show_measured_model(self, action: ModelAction) -> None:
         self._log_measured(action)
         last = self.controller.last_model_actions(action.pid, action.host)
-        if last.get(action.model or "") is action and action.reason != "pressure":
-            self._status(on_host(action.host, model_summary(action)))
+        if (last.get(action.model or "") is action and action.reason != "pressure"
+                and self._status_owner is action):
+            self._status(on_host(action.host, model_summary(action)), owner=action)
 
     def _on_action_update(self, action: CacheAction) -> None:
         self.last_action = action
         self._show_action(action)
         self._refresh_agent_widgets()
 
-    def _show_action(self, action: CacheAction) -> None:
-        """Put an action's outcome in the status bar, its GPU panel and the detail view."""
+    def _show_action(self, action: CacheAction, status: bool = True) -> None:
+        """Put an action's outcome in the status bar (``status``), its GPU panel
+        and the detail view."""
         text = on_host(action.host, cache_summary(action))
         details = "\n".join(cache_details(action))
-        label = self.action_label
-        label.setText(text)
-        label.setToolTip(details)
-        crit = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
-        label.setStyleSheet(f"color: {crit};" if cache_failed(action) else "")
+        if status:
+            self._status(text, details, error=cache_failed(action), owner=action)
         if action.display_id is not None and action.display_id in self._panels:
             self._panels[action.display_id].agent_section.set_result(
                 panel_text(action), f"{text}\n{details}")
@@ -270,7 +269,7 @@ class ActionViews(TerminateViews):
                 detail=on_host(action.host, model_summary(action)),
                 error=not action.ok, kind="setting"), count=False)
         self._status(on_host(action.host, model_summary(action)),
-                     error=action.done and not action.ok)
+                     error=action.done and not action.ok, owner=action)
         self._refresh_agent_widgets()
 
     def _refresh_agent_widgets(self) -> None:

@@ -38,6 +38,7 @@ from app.ui.doctor.texts import oom_line, short_verdict
 from app.ui.settings.values import AutoUnloadSettings
 from app.ui.style import palette as pal
 from app.ui.style.hosts import stale
+from app.ui.style.text import plain_tip
 
 
 def auto_unload_request(settings: AutoUnloadSettings) -> SetAutoUnload:
@@ -357,9 +358,14 @@ class ActivityViews:
             self._unseen_activity = 0
             self.lower_tabs.setTabText(index, "Activity")
 
-    def _status(self, text: str, tooltip: str = "", error: bool = False) -> None:
+    #: The action whose outcome the status line tells (None: another message).
+    _status_owner: object = None
+
+    def _status(self, text: str, tooltip: str = "", error: bool = False,
+                owner: object = None) -> None:
+        self._status_owner = owner
         self.action_label.setText(text)
-        self.action_label.setToolTip(tooltip or text)
+        self.action_label.setToolTip(plain_tip(tooltip or text))
         crit = pal.LEVEL_COLORS[pal.LEVEL_CRITICAL]
         self.action_label.setStyleSheet(f"color: {crit};" if error else "")
 

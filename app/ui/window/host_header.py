@@ -16,6 +16,7 @@ from app.core.monitor.hosts import CONNECTED, CONNECTING, HostView
 from app.core.monitor.samples import GpuSample
 from app.ui.style import palette as pal
 from app.ui.style.hosts import stale
+from app.ui.style.text import plain_label, plain_tip
 from app.ui.window.host_texts import fullest_text, group_state, group_title, short_reason
 
 
@@ -70,7 +71,7 @@ class HostHeader(QWidget):
         self._style()
 
     def _label(self, name: str, bold: bool = False) -> QLabel:
-        label = QLabel(self)
+        label = plain_label(QLabel(self))  # names and reasons are the host's words
         label.setObjectName(name)
         label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         if bold:
@@ -96,7 +97,7 @@ class HostHeader(QWidget):
         self.reason_label.setVisible(bool(reason))
         tip = view.reason if view is not None and view.reason else ""
         where = f"{title}: {view.url}" if view is not None else title
-        tooltip = f"{where}\n{tip}" if tip else where
+        tooltip = plain_tip(f"{where}\n{tip}" if tip else where)
         if tooltip != self.toolTip():
             self.setToolTip(tooltip)
         self.stale = stale(view)
@@ -111,7 +112,7 @@ class HostHeader(QWidget):
         if self._texts.get(label) != text:
             self._texts[label] = text
             self._elide(label)
-            label.setToolTip(text if label is self.reason_label else "")
+            label.setToolTip(plain_tip(text) if label is self.reason_label else "")
 
     def text_of(self, label: QLabel) -> str:
         """A label's whole text (what it shows may be elided)."""

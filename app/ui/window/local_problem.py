@@ -9,6 +9,7 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QWidget
 
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_label, plain_tip
 
 TITLE = "This machine: no NVIDIA driver"
 
@@ -31,7 +32,7 @@ class LocalProblemBar(QFrame):
         font = self.title_label.font()
         font.setBold(True)
         self.title_label.setFont(font)
-        self.reason_label = QLabel("", self)
+        self.reason_label = plain_label(QLabel("", self))  # the driver's words
         self.reason_label.setObjectName("secondary")
         self.reason_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.retry_button = QPushButton("Retry", self)
@@ -57,7 +58,7 @@ class LocalProblemBar(QFrame):
             return
         if reason != self.reason:
             self.reason = reason
-            self.setToolTip(reason)
+            self.setToolTip(plain_tip(reason))
             self._elide()
         self.show()
 

@@ -40,6 +40,7 @@ from app.ui.settings.values import UiSettings
 from app.ui.shell.controller import ControllerAdapter
 from app.ui.shell.notifier import AlertBanner
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_label
 from app.ui.window.action_views import ActionViews
 from app.ui.window.activity_views import ActivityViews
 from app.ui.window.gpu_area import GpuArea
@@ -212,6 +213,8 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.problem_label = QLabel("", self)
         self.action_label = QLabel("", self)
         self.action_label.setObjectName("actionStatus")
+        for w in (self.source_label, self.problem_label, self.action_label):
+            plain_label(w)  # they name hosts, processes and models, and quote errors
         for w in (self.period_label, self.cost_label):
             w.setObjectName("secondary")
         bar.addWidget(self.source_label)

@@ -6,6 +6,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.ui.style import palette as pal
+from app.ui.style.text import plain_label
 
 EXPLANATION = (
     "VRAM Steward reads GPU memory through NVIDIA's management library (NVML), "
@@ -53,7 +54,7 @@ class NoDriverView(QWidget):
         tf.setPointSizeF(tf.pointSizeF() * 1.6)
         self.title_label.setFont(tf)
 
-        self.reason_label = QLabel("", card)
+        self.reason_label = plain_label(QLabel("", card))  # the driver's words
         self.reason_label.setObjectName("noDriverReason")
         self.reason_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.reason_label.setWordWrap(True)

@@ -30,6 +30,7 @@ from app.core.monitor.samples import ProcessSample, Snapshot
 from app.ui.gpu.unattributed import row_shown
 from app.ui.style import palette as pal
 from app.ui.style.hosts import stale, state_text
+from app.ui.style.text import plain_tip
 from app.ui.window.process_rows import (
     AGENT_ROLE,
     COL_AGENT,
@@ -191,8 +192,11 @@ class ProcessTableModel(QAbstractTableModel):
         ended = bool(self._ended) and row.key in self._ended
         if role == Qt.ItemDataRole.FontRole and row.proc is None:
             return self.unattributed_font
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return ENDED_TIP if ended else row.tooltip(col)
+        if role == Qt.ItemDataRole.ToolTipRole:  # names, commands: their owners' words
+            if ended:
+                return ENDED_TIP
+            tip = row.tooltip(col)
+            return plain_tip(tip) if tip else tip
         if role == SORT_ROLE:
             return row.raw(col)
         if role == Qt.ItemDataRole.TextAlignmentRole:
@@ -309,6 +313,9 @@ def _host_rows(fresh: dict[RowKey, ProcessRow | UnattributedRow], snapshot: Snap
     late = state_text(view) if view is not None and stale(view) else None
     late_tip = None if view is None or late is None else stale_tooltip(host, late, view.reason)
     now = snapshot.timestamp
+    # The snapshot is stamped on this machine's clock, a process's start time on its
+    # host's: the host's clock now is this machine's minus the skew between them.
+    host_now = now - (0.0 if view is None else view.clock_skew_s)
     agents = snapshot.agents
     servers = {pid: s for s in snapshot.servers for pid in (s.pid, *s.pids)}
     for gpu in snapshot.gpus:
@@ -320,7 +327,7 @@ def _host_rows(fresh: dict[RowKey, ProcessRow | UnattributedRow], snapshot: Snap
         for p in gpu.processes:
             uptime = None
             if p.create_time is not None and math.isfinite(p.create_time):
-                uptime = max(0.0, now - p.create_time)
+                uptime = max(0.0, host_now - p.create_time)
             row = ProcessRow(gpu.display_id, order, p, gpu.memory_total, uptime, note,
                              server=servers.get(p.pid) if servers else None, now=now,
                              host=host, stale=late, stale_tip=late_tip)

@@ -40,6 +40,7 @@ from app.ui.agents.detail_facts import stale_action
 from app.ui.agents.server_texts import menu_entries
 from app.ui.style.sort_header import SortHeader
 from app.ui.style.tables import sorted_rows
+from app.ui.style.text import plain_tip
 from app.ui.window.process_model import ProcessSortProxy, ProcessTableModel
 from app.ui.window.process_rows import (
     AGENT_ROLE,
@@ -308,8 +309,8 @@ class ProcessTable(QTableView):
             details.setToolTip("No VRAM Steward agent in this process")
             if command is not None:  # a PyTorch process: its environment can have the agent
                 copy = menu.addAction("Copy the agent's install command")
-                copy.setToolTip(f"{command}\nEvery PyTorch process of its environment has the "
-                                "agent from its next start")
+                copy.setToolTip(plain_tip(f"{command}\nEvery PyTorch process of its "
+                                          "environment has the agent from its next start"))
                 copy.triggered.connect(lambda: QGuiApplication.clipboard().setText(command))
         details.triggered.connect(lambda: self.details_requested.emit(pid, host))
         no_action = None if stale is None else stale_action(host, stale)
@@ -317,7 +318,7 @@ class ProcessTable(QTableView):
             menu.addSeparator()
             for text, tip, req in menu_entries(server, host):
                 entry = menu.addAction(text)
-                entry.setToolTip(no_action or tip)
+                entry.setToolTip(plain_tip(no_action or tip))  # names the server's models
                 entry.setEnabled(req is not None and no_action is None)
                 if req is not None:
                     entry.triggered.connect(lambda _=False, r=req: self.request.emit(r))

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from app.core.monitor.naming import process_label
 from app.core.monitor.samples import Snapshot
 from app.core.units import NA, fmt_bytes
+from app.ui.style.text import plain_label
 
 
 def _seconds(value: float) -> str:
@@ -69,7 +70,7 @@ class TerminateDialog(QDialog):
         size = self.style().pixelMetric(QStyle.PixelMetric.PM_MessageBoxIconSize)
         icon.setPixmap(self.style().standardIcon(
             QStyle.StandardPixmap.SP_MessageBoxWarning).pixmap(size, size))
-        self.text_label = QLabel(text, self)
+        self.text_label = plain_label(QLabel(text, self))  # names the process and its models
         self.text_label.setObjectName("terminateText")
         self.text_label.setWordWrap(True)
         self.text_label.setMinimumWidth(self.fontMetrics().horizontalAdvance("0" * 56))

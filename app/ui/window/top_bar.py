@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSize
 
 from app.ui.agents.auto_unload import AutoUnloadControl
 from app.ui.settings.values import AutoUnloadSettings
+from app.ui.style.text import plain_label, plain_tip
 
 APP_TITLE = "VRAM Steward"
 
@@ -33,7 +34,7 @@ class TopBar(QWidget):
         tf.setBold(True)
         tf.setPointSizeF(tf.pointSizeF() * 1.35)
         self.title_label.setFont(tf)
-        self.summary_label = QLabel("", self)
+        self.summary_label = plain_label(QLabel("", self))  # names hosts and GPUs
         self.summary_label.setObjectName("secondary")
         # Never widens the window: shortened with "…" (whole in its tooltip).
         self.summary_label.setSizePolicy(QSizePolicy.Policy.Ignored,
@@ -71,7 +72,7 @@ class TopBar(QWidget):
         """"3 hosts · 7 GPUs · …", shortened to the room it has."""
         if text != self._summary:
             self._summary = text
-            self.summary_label.setToolTip(text)
+            self.summary_label.setToolTip(plain_tip(text))
             self._elide()
 
     def summary(self) -> str:

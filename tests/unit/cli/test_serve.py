@@ -132,6 +132,12 @@ def test_stdio_speaks_first_and_ends_with_its_input(state):
     proc.stdin.flush()
     answer = json.loads(proc.stdout.readline())
     assert answer["id"] == 7 and len(answer["result"]) == 3
+    # A session lasts one connection: it runs no pressure policy beside the host's own.
+    proc.stdin.write(b'{"wire": 1, "id": 8, "method": "policy"}\n')
+    proc.stdin.flush()
+    policy = json.loads(proc.stdout.readline())["result"]
+    assert policy["enabled"] is False and policy["available"] is False
+    assert "SSH session" in policy["why_not"]
     started = time.monotonic()
     proc.stdin.close()
     assert proc.wait(10) == 0 and time.monotonic() - started < 10

@@ -6,6 +6,7 @@ terminate is the server's, and its answer comes back as a result."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
@@ -165,11 +166,25 @@ def test_a_remote_terminate_is_checked_against_the_hosts_user(hosts):
 def test_a_host_that_went_away_refuses_a_terminate_it_cannot_send():
     dirs = {"gpu1": HostDirectory()}
     ctl = HostControllers(AppController(None), lambda key: dirs.get(key))
-    ctl.on_snapshot(world(remote("gpu1", state=DISCONNECTED)))
-    dirs.clear()  # no directory any more: the host was removed
+    ctl.on_snapshot(world(remote("gpu1")))
+    dirs.clear()  # no directory any more: the host was removed after the check
     action = ctl.submit(Terminate(10, NOW - 100, host="gpu1"))
     assert ctl.wait(5)
     assert action.result.outcome is Outcome.REFUSED and "gpu1" in action.result.reason
+    ctl.close()
+
+
+def test_a_disconnected_host_is_refused_before_anything_is_sent():
+    dirs = {"gpu1": HostDirectory()}
+    ctl = HostControllers(AppController(None), lambda key: dirs.get(key))
+    view = dataclasses.replace(remote("gpu1", state=DISCONNECTED), reason="connection refused")
+    ctl.on_snapshot(world(view))
+    for request in (Terminate(10, NOW - 100, host="gpu1"), FreeCache.of(10, host="gpu1")):
+        with pytest.raises(RequestError) as refused:
+            ctl.submit(request)
+        assert refused.value.code is Refusal.UNAVAILABLE
+        assert str(refused.value) == "gpu1 is not connected: connection refused"
+    assert dirs["gpu1"].calls == []
     ctl.close()
 
 
@@ -179,3 +194,18 @@ def test_each_hosts_controller_sees_its_own_snapshot(hosts):
     assert [g.display_id for g in gpu1.latest.gpus] == ["0@gpu1"]
     assert [g.display_id for g in hosts.local.latest.gpus] == ["0"]
     assert hosts.available
+
+
+def test_a_remote_action_is_measured_on_figures_that_came_after_it(hosts):
+    action = hosts.submit(FreeCache.of(10, host="gpu1"))
+    assert hosts.wait(5) and action.done and action.host == "gpu1"
+    time.sleep(0.6)  # past the settling time
+    for _ in range(3):  # the same arrival, offered again each tick: never a measure
+        hosts.on_snapshot(world(remote("gpu1"), remote("gpu2")))
+    assert not action.measured
+    gone = dataclasses.replace(remote("gpu1", t=11.0), state=DISCONNECTED)
+    hosts.on_snapshot(world(gone, remote("gpu2")))  # a lost host's last figures: not either
+    assert not action.measured
+    for t in (12.0, 13.0):  # new arrivals: measured as a local action is
+        hosts.on_snapshot(world(remote("gpu1", t=t), remote("gpu2")))
+    assert action.measured and action.snapshots_after == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -437,3 +438,36 @@ def test_property_latest_values_match_the_last_snapshot(ticks):
         for k, series in v.processes.items():
             if k not in present_keys:
                 assert math.isnan(series[-1])
+
+
+def test_each_hosts_snapshots_are_kept_once_under_their_own_ids():
+    from app.core.monitor.hosts import CONNECTED, HostView, qualify_gpu
+    from app.core.store.query import GpuSeries, StoredHistory
+
+    MiB = 1 << 20
+
+    def gpu(used_mib: int, host: str = "") -> GpuSample:
+        g = GpuSample(0, "GPU", f"GPU-{host or 'here'}", 1000 * MiB, used_mib * MiB, None)
+        return qualify_gpu(g, host) if host else g
+
+    def remote(t: float, used: int, fresh: bool, seed=None) -> HostView:
+        snap = Snapshot(t, t, "nvml", None, (gpu(used, "gpu1"),))
+        return HostView("gpu1", "ssh://gpu1", CONNECTED, snapshot=snap, fresh=fresh, seed=seed)
+
+    now = time.time()
+    stored = StoredHistory({"GPU-gpu1": GpuSeries(
+        "GPU-gpu1", 0, "GPU", np.array([now - 30.0, now - 20.0]), np.array([1.0, 2.0]) * MiB,
+        np.array([1000.0, 1000.0]) * MiB, np.array([5.0, 5.0]), display_id="0@gpu1")})
+    history = History(HistoryConfig(period_s=1.0))
+    mono = time.monotonic()
+    history.add(Snapshot(now, mono, "nvml", None, (gpu(100),),
+                         hosts=(remote(mono, 300, True, seed=stored),)))
+    history.add(Snapshot(now + 1, mono + 1, "nvml", None, (gpu(110),),
+                         hosts=(remote(mono, 300, False),)))  # the same arrival: not again
+    history.add(Snapshot(now + 2, mono + 2, "nvml", None, (gpu(120),),
+                         hosts=(remote(mono + 2, 320, True),)))
+    here, there = history.view("0", 60.0), history.view("0@gpu1", 60.0)
+    assert [v / MiB for v in here.used] == [100, 110, 120]
+    assert [v / MiB for v in there.used] == [1, 2, 300, 320]  # seeded, then each arrival once
+    history.add(Snapshot(now + 3, mono + 3, "nvml", None, (gpu(130),)))  # gpu1 removed
+    assert set(history.gpus) == {"0"}

@@ -100,3 +100,37 @@ def test_every_host_gets_a_short_key_of_its_own():
     assert len(set(keys)) == len(keys)
     for key in keys:  # a GPU id names its host, whatever the key holds
         assert split_id(qualified_id("0/mig1", key)) == (key, "0/mig1")
+
+
+def test_a_token_never_crosses_the_network_in_the_clear(tmp_path):
+    from app.core.remote.host_config import HostConfig, check_host
+
+    token = tmp_path / "token"
+    token.write_text("vst_secret\n")
+    token.chmod(0o600)
+    with pytest.raises(ValueError, match="in the clear: use https://"):
+        check_host(HostConfig("http://gpu1:9847", str(token)))
+    for url in ("http://127.0.0.1:9847", "http://localhost:9847", "http://[::1]:9847",
+                "https://gpu1:9847"):
+        assert check_host(HostConfig(url, str(token))).token_file == str(token)
+
+
+def test_the_token_is_read_from_the_file_checked(tmp_path):
+    from app.core.remote.host_config import read_token_file
+
+    token = tmp_path / "token"
+    token.write_text("# a comment\nvst_secret ana read,control\n")
+    token.chmod(0o600)
+    assert read_token_file(str(token)) == "vst_secret"
+    link = tmp_path / "link"
+    link.symlink_to(token)
+    with pytest.raises(ValueError, match="token file .*link"):
+        read_token_file(str(link))  # a link is not followed, whatever it names
+    token.chmod(0o640)
+    with pytest.raises(ValueError, match="others may read it"):
+        read_token_file(str(token))
+    empty = tmp_path / "empty"
+    empty.write_text("# nothing\n")
+    empty.chmod(0o600)
+    with pytest.raises(ValueError, match="holds no token"):
+        read_token_file(str(empty))

@@ -380,3 +380,42 @@ def test_the_back_off_grows_to_its_bound(monkeypatch, links):
     link.start()
     wait_for("five retries", lambda: len(link._stop.asked) >= 5)
     assert link._stop.asked[:5] == [1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_pings_without_new_figures_read_as_a_stuck_host(links, monkeypatch):
+    client = FakeClient()
+    link = links(SSH, "gpu1", Script(client))
+    link.start()
+    client.feed.put(snapshot(1))
+    wait_for("connected", lambda: link.view().state == CONNECTED)
+    arrived = link.latest().timestamp
+    later = time.monotonic() + link_module.STUCK_S + 1.0
+    monkeypatch.setattr(link_module.time, "monotonic", lambda: later)
+    link._heard_now()  # pings keep the connection alive…
+    assert not link.check_heartbeat(later)
+    view = link.view()  # …but its figures are not current any more
+    assert view.state == DISCONNECTED and view.since == arrived
+    assert "no new figures" in view.reason and "stuck" in view.reason
+    assert view.snapshot is not None and view.snapshot.gpus[0].memory_used == 1 * GiB
+
+
+def test_the_stored_history_is_read_on_the_first_connection_only(links):
+    first, second = FakeClient(history=[]), FakeClient(history=RemoteUnavailable("slow"))
+    link = links(SSH, "gpu1", Script(first, second))
+    link.start()
+    first.feed.put(snapshot(1))
+    wait_for("connected", lambda: link.view().state == CONNECTED)
+    first.feed.put(END)  # the stream ends: the link connects again
+    wait_for("the second connection's stream", second.streaming.is_set)
+    second.feed.put(snapshot(2))  # a history read would have failed: none was asked for
+    wait_for("connected again", lambda: (v := link.view()).state == CONNECTED
+             and v.snapshot.gpus[0].memory_used == 2 * GiB)
+
+
+def test_a_history_that_cannot_be_read_is_no_reason_not_to_stream(links):
+    client = FakeClient(history=RemoteUnavailable("ssh://me@gpu1:2222: no answer to history"))
+    link = links(SSH, "gpu1", Script(client))
+    link.start()
+    client.feed.put(snapshot(1))
+    view = wait_for("connected", lambda: (v := link.view()).state == CONNECTED and v)
+    assert view.seed is None and view.clock_skew_s == pytest.approx(3600.0, abs=5.0)

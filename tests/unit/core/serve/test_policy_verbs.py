@@ -130,3 +130,18 @@ def test_the_system_service_is_told_by_its_directory():
 
     assert reads_every_user(Wrapped()) and reads_every_user(Hub())
     assert not reads_every_user(object()) and not reads_every_user(None)
+
+
+def test_an_ssh_session_runs_no_policy_and_takes_no_change(demo_engine):
+    from app.core.serve.policy_verbs import SSH_SESSION
+
+    runner = demo_engine.collector.policy
+    runner.set_config(type(runner.config)(enabled=False))  # serve --stdio's default
+    api = ServerApi(demo_engine, session=True)
+    api.server_uid = UID
+    seen = policy(api, OWNER)
+    assert seen["available"] is False and seen["may_change"] is False
+    assert seen["why_not"] == SSH_SESSION
+    with pytest.raises(ApiError, match="SSH session runs no pressure policy") as info:
+        api.call("set_policy", {"enabled": True}, ROOT)
+    assert info.value.code == "session" and not runner.config.enabled

@@ -112,3 +112,12 @@ def test_the_windows_view_of_other_hosts_never_travels():
     assert "hosts" not in data and "host" not in data["gpus"][0]
     assert decode_snapshot(data) == Snapshot(1.5, 2.0, "nvml", "580.1", (local,))
     assert "host" not in encode_snapshot(Snapshot(1.0, 1.0, "x", None, (remote,)))["gpus"][0]
+
+
+def test_a_peer_cannot_say_which_hosts_a_window_watches():
+    data = encode_snapshot(Snapshot(1.0, 1.0, "nvml", None,
+                                    (GpuSample(0, "GPU", "GPU-1", 10 * MiB, 1 * MiB, None),)))
+    data["hosts"] = [{"key": "evil", "url": "ssh://x", "state": "connected"}]
+    data["gpus"][0]["host"] = "other"
+    snapshot = decode_snapshot(through_json(data))
+    assert snapshot.hosts == () and snapshot.gpus[0].host == ""

@@ -383,6 +383,23 @@ def test_detail_view_header_breakdown_and_models(window):
     assert view.models_title.text() == "Models (2)"
 
 
+def test_detail_view_shows_a_name_and_command_that_look_like_html_as_text(window):
+    hostile = "<b>x</b> <img src=/etc/x>"
+    agents = {10: report(10, device(0, 4 * GiB, 6 * GiB), errors=(f"bad {hostile}",))}
+    sample = ProcessSample(10, 8 * GiB, name=hostile, user="alice",
+                           command=f"./serve {hostile}", create_time=NOW - 100)
+    window.on_snapshot(snap([gpu(0, sample)], agents))
+    view = window.open_details(10)
+    for label in (view.title_label, view.command_label, view.errors_label,
+                  view.result_label, *view.facts.values()):
+        assert label.textFormat() == Qt.TextFormat.PlainText
+    assert view.title_label.text() == f"{hostile} (10)"
+    assert view.command_label.text() == f"./serve {hostile}"
+    assert view.errors_label.text() == f"⚠ bad {hostile}"
+    tip = view.command_label.toolTip()
+    assert "<img" not in tip and "./serve &lt;b&gt;x&lt;/b&gt; &lt;img src=/etc/x&gt;" in tip
+
+
 def test_detail_view_follows_the_process_leaving(window):
     gpus, agents = two_agents_on_gpu0()
     with_runner(window, FakeDirectory())

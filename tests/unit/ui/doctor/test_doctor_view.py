@@ -3,11 +3,14 @@ past OOM reports read off the GUI thread."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from app.core.control.requests import FreeCache, Unload
+from app.core.diagnosis.types import Fix
 from app.core.units import GiB
 from app.ui.doctor.doctor_view import DoctorView
 from app.ui.doctor.oom_dialog import OomDialog
@@ -47,6 +50,22 @@ def test_the_doctor_tab_lists_every_diagnosis_most_severe_first(window):
     # Warnings and critical ones are counted in the tab's title; a note is not.
     assert tab_text(window) == "Doctor (2)"
     assert window.doctor.empty_label.isHidden()
+
+
+def test_a_card_shows_names_that_look_like_html_as_text(window):
+    hostile = "<b>x</b> <img src=/etc/x>"
+    d = dataclasses.replace(leak(), title=f"{hostile} (pid 23890) is leaking ~14 MiB/s",
+                            command=hostile, evidence=(f"{hostile} allocated more",),
+                            fixes=(Fix("fix_leak", f"Stop {hostile}", pid=23890),))
+    window.on_snapshot(snapshot([d]))
+    (card,) = window.doctor.cards_in_order()
+    fix_text = card.fixes.grid.itemAtPosition(0, 1).widget()
+    for label in (card.title, card.where, card.evidence, fix_text):
+        assert label.textFormat() == Qt.TextFormat.PlainText
+    assert card.title.text() == f"{hostile} (pid 23890) is leaking ~14 MiB/s"
+    assert card.where.text().startswith(f"GPU 0 · {hostile} (23890) · since ")
+    assert card.evidence.text() == f"·  {hostile} allocated more"
+    assert fix_text.text() == f"Stop {hostile}"
 
 
 def test_updates_are_calm_same_figures_touch_nothing(window):

@@ -8,15 +8,23 @@ import os
 import pytest
 
 from app.core.monitor.hosts import CONNECTED, DISCONNECTED, HostView
+from app.core.policies.thresholds import (
+    POLICY_MIN_IDLE_MAX_S,
+    POLICY_THRESHOLD_MAX,
+    POLICY_THRESHOLD_MIN,
+)
 from app.core.remote.host_config import HostConfig
 from app.core.remote.policy import RemotePolicy
 from app.ui.settings.host_list import (
     FOR_THIS_RUN,
+    IDLE_MIN_RANGE,
     SAVED,
+    THRESHOLD_PCT_RANGE,
     added,
     host_entries,
     policy_changes,
     policy_line,
+    policy_values,
     reason_line,
     removed,
     state_line,
@@ -78,4 +86,20 @@ def test_a_policy_form_sends_only_what_changed():
                                                      "min_idle_s": 600.0}
     off = RemotePolicy(False, 0.9, 0.85, 300.0, 30.0)
     assert off.text() == "Auto-unload off"
+
+
+def test_the_forms_ranges_are_the_servers_bounds():
+    assert (round(POLICY_THRESHOLD_MIN * 100),
+                                   round(POLICY_THRESHOLD_MAX * 100)) == THRESHOLD_PCT_RANGE
+    assert IDLE_MIN_RANGE == (0, POLICY_MIN_IDLE_MAX_S / 60)
+
+
+def test_a_value_the_form_rounds_is_not_sent_back_unless_changed():
+    odd = RemotePolicy(True, 0.875, 0.8, 90.0, 30.0)  # 87.5 %, 1.5 min: shown 88 %, 2 min
+    assert policy_values(odd) == (True, 88, 2)
+    assert policy_changes(odd, True, 88, 2) == {}
+    assert policy_changes(odd, True, 88, 3) == {"min_idle_s": 180.0}  # only what changed
+    low = RemotePolicy(False, 0.3, 0.25, 2 * 86400.0, 30.0)  # outside the old 50 %, 24 h
+    assert policy_values(low) == (False, 30, 2880)
+    assert policy_changes(low, True, 30, 2880) == {"enabled": True}
     assert RemotePolicy(False, 0, 0, 0, 0, available=False).text().startswith("Auto-unload: none")

@@ -15,6 +15,7 @@ from app.core.remote.host_config import HostConfig
 from app.core.remote.policy import RemotePolicy
 from app.ui.settings.add_host_dialog import AddHostDialog
 from app.ui.settings.hosts_dialog import HostsDialog
+from app.ui.settings.policy_courier import PolicyCourier
 
 SAVED = HostConfig("https://gpu1:8443")
 GIVEN = HostConfig("ssh://alice@gpu2")
@@ -119,7 +120,8 @@ def test_a_policy_change_runs_on_a_worker_thread_and_shows_the_servers_answer(qt
                             may_change=True)
 
     view = HostView("gpu1:8443", SAVED.url, CONNECTED, 0.0, policy=POLICY)
-    d = HostsDialog([SAVED], [], [view], set_policy=set_policy)
+    courier = PolicyCourier(set_policy)
+    d = HostsDialog([SAVED], [], [view], courier=courier)
     qtbot.addWidget(d)
     form = d.policy_form
     assert form.enabled_box.isChecked() and form.threshold_spin.value() == 90

@@ -5,13 +5,18 @@ bad one changes nothing; hosts given for this run are watched, never saved."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 
 import pytest
+import shiboken6
+from PySide6.QtCore import QCoreApplication, QEvent
 
 from app.core.monitor.history import History, HistoryConfig
 from app.core.monitor.hosts import CONNECTED, HostView
 from app.core.monitor.samples import Snapshot
 from app.core.remote.host_config import HostConfig
+from app.core.remote.policy import RemotePolicy
 from app.ui.settings.store import SettingsStore, open_settings
 from app.ui.settings.values import UiSettings
 from app.ui.shell.desktop import DesktopShell
@@ -25,12 +30,17 @@ class FakeFleet:
     def __init__(self):
         self.watched = []
         self.policies = []
+        self.gate = threading.Event()
+        self.gate.set()
 
     def set_hosts(self, configs):
         self.watched.append(list(configs))
 
     def set_policy(self, key, **changes):
         self.policies.append((key, changes))
+        self.gate.wait(5)
+        return RemotePolicy(True, changes.get("threshold", 0.9), 0.79, 300.0, 30.0,
+                            may_change=True)
 
 
 class FakeSampler:
@@ -92,6 +102,33 @@ def test_a_bad_host_changes_nothing(parts, tmp_path):
         HostConfig("https://gpu3:8443", token_file=str(token)))
     assert window.settings.hosts == (SAVED,) and fleet.watched == []
     assert store.load().hosts == ()  # nothing written
+
+
+def test_a_dialog_closed_while_its_policy_change_is_in_flight_is_not_told(parts, qtbot,
+                                                                         caplog):
+    shell, _window, _store, fleet = parts
+    policy = RemotePolicy(True, 0.9, 0.85, 300.0, 30.0, may_change=True)
+    shell.on_snapshot(Snapshot(1.0, 1.0, "nvml", None, (), hosts=(
+        HostView("gpu1:8443", SAVED.url, CONNECTED, 0.0, policy=policy),)))
+    dialog = shell.hosts.open()
+    fleet.gate.clear()  # the server's answer waits
+    dialog.policy_form.threshold_spin.setValue(80)
+    dialog.policy_form.apply_button.click()
+    qtbot.waitUntil(lambda: fleet.policies == [("gpu1:8443", {"threshold": 0.8})])
+    caplog.set_level(logging.DEBUG)
+    dialog.close()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert shell.hosts.dialog is None and not shiboken6.isValid(dialog)
+    fleet.gate.set()
+    shell.hosts.courier.threads[-1].join(5)
+    qtbot.wait(50)  # the answer is delivered to nobody
+    assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
+    # A dialog opened afterwards changes the policy as before.
+    dialog = shell.hosts.open()
+    dialog.policy_form.threshold_spin.setValue(70)
+    dialog.policy_form.apply_button.click()
+    qtbot.waitUntil(lambda: "now runs" in dialog.policy_form.status.text(), timeout=5000)
+    assert dialog.policy_form.status.text().endswith("Auto-unload on at 70 %, idle ≥ 5 min.")
 
 
 def test_settings_restored_to_defaults_keep_the_hosts(parts):

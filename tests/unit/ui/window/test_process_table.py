@@ -5,6 +5,7 @@ pointer, the colour swatches, the row menu and the narrow-table columns."""
 from __future__ import annotations
 
 import dataclasses
+from html import escape
 
 import pytest
 from PySide6.QtCore import QEvent, QPointF, Qt
@@ -131,6 +132,17 @@ def test_command_tooltip_holds_full_text(table):
     long_cmd = "python train.py " + " ".join(f"--flag{i}=value{i}" for i in range(40))
     table.update_snapshot(snap(gpu([proc(9, GiB, command=long_cmd)])))
     assert long_cmd in cell(table, 0, COL_COMMAND, Qt.ItemDataRole.ToolTipRole)
+
+
+def test_a_name_or_command_that_looks_like_html_is_shown_as_text(table):
+    hostile = "<b>x</b> <img src=/etc/x>"
+    table.update_snapshot(snap(gpu([proc(9, GiB, name=f"python {hostile}",
+                                         command=f"python {hostile}", user=hostile)])))
+    assert cell(table, 0, COL_COMMAND) == f"python {hostile}"  # display: never HTML
+    assert cell(table, 0, COL_USER) == hostile
+    tip = cell(table, 0, COL_COMMAND, Qt.ItemDataRole.ToolTipRole)
+    assert "<img" not in tip and f"python {escape(hostile, quote=False)}\nPID 9 on" in tip
+    assert tip.startswith('<qt style="white-space:pre">')
 
 
 def test_percent_of_gpu_and_uptime(table):

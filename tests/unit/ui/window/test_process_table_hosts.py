@@ -18,6 +18,7 @@ from app.ui.window.process_rows import (
     COL_GPU,
     COL_HOST,
     COL_PID,
+    COL_UPTIME,
     COL_VRAM,
     HOST_ROLE,
     KEY_ROLE,
@@ -97,6 +98,22 @@ def test_a_disconnected_hosts_rows_are_greyed_with_their_last_figures(table):
     assert not actions["Terminate…"].isEnabled()
     assert "gpu2 is disconnected since" in actions["Terminate…"].toolTip()
     assert actions["Details…"].isEnabled()
+
+
+def test_a_remote_processs_uptime_is_counted_on_its_hosts_clock(table):
+    """gpu1's clock is an hour behind this one: its process started 10 min ago
+    by its clock, while the snapshot is stamped on this machine's."""
+    snap = world()
+    one = snap.hosts[0]
+    behind = 3600.0
+    started = one.snapshot.gpus[0].processes[0]._replace(create_time=EPOCH - behind - 600)
+    gpu0 = dataclasses.replace(one.snapshot.gpus[0], processes=(started,))
+    one = dataclasses.replace(one, clock_skew_s=behind, snapshot=dataclasses.replace(
+        one.snapshot, gpus=(gpu0, *one.snapshot.gpus[1:])))
+    table.update_snapshot(dataclasses.replace(snap, hosts=(one, *snap.hosts[1:])))
+    m = table.model()
+    assert m.index(row_of(table, "gpu1"), COL_UPTIME).data() == "10 min 00 s"
+    assert m.index(row_of(table, ""), COL_UPTIME).data() == "10 min 00 s"  # no skew here
 
 
 def test_a_remote_rows_signals_name_its_host(table, qtbot):
