@@ -12,8 +12,8 @@ certificate and a token file, three H100s, a real agent).  Asserted:
   ``b``'s processes and come back; the server's refusals come back with its
   reason;
 * ``a`` killed: only ``a`` is disconnected (its last figures kept), ``b``
-  keeps receiving; ``a`` started again on its port: connected again, its
-  stored history again (what it kept before the kill, nothing while down);
+  keeps receiving; ``a`` started again on its port: connected again (its
+  stored history is read on the first connection only);
 * ``b``, then ``a``, frozen (SIGSTOP): the heartbeat gives it up within
   seconds, long before a TCP timeout, while the other keeps receiving;
   thawed: connected again;
@@ -36,7 +36,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 
-import numpy as np
 import pytest
 
 from app.core.control.controller import AppController
@@ -257,17 +256,16 @@ def test_a_killed_host_goes_alone_and_comes_back_on_its_port(world):
         world.watch.view(world.a_key).reason or ""), 15)
     assert world.watch.view(world.a_key).since == down.since
     seeds = len(world.watch.seeds(world.a_key))
+    heard_a = world.watch.arrivals(world.a_key)
     world.a.restart()
     restarted_at = time.time()
     back = wait_for("a reconnected", lambda: (v := world.watch.view(
         world.a_key)).state == CONNECTED and v, 30, 0.05)
     assert back.reason is None and back.since >= down.since
-    # its stored history again: what it kept before the kill, nothing while it was down
-    seed = wait_for("a's history again", lambda: world.watch.seeds(world.a_key)[seeds:], 15)[0]
-    t = seed.gpus[a100(0).uuid].t
-    before = world.watch.seeds(world.a_key)[0].gpus[a100(0).uuid].t
-    assert t.size >= before.size and t[0] == before[0]
-    assert not np.any((t > killed_at + 1.0) & (t < restarted_at - 1.0))
+    # its stored history is not read again: the window's rings hold what came before
+    wait_for("a to stream again", lambda: world.watch.arrivals(world.a_key) > heard_a + 2, 15)
+    assert world.watch.seeds(world.a_key)[seeds:] == []
+    assert restarted_at >= killed_at
 
 
 @pytest.mark.parametrize("frozen", ["b", "a"])  # over HTTPS, then plain HTTP

@@ -99,6 +99,7 @@ class HostLink:
         self._new_at = time.monotonic()  # when the latest snapshot arrived
         self._skew = 0.0  # this machine's clock minus the host's (from the hello)
         self._seeded = False  # the stored history is read on the first connection only
+        self._stalled = False  # the heartbeat ended the connection (its reason stands)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"vram-steward-host-{key}")
         self.agents = LinkedAgents(self)
@@ -160,7 +161,8 @@ class HostLink:
         now = time.monotonic() if now is None else now
         with self._lock:
             quiet = self._state == CONNECTED and now - self._heard > HEARTBEAT_S
-            if quiet:
+            if quiet:  # shown at once; the link's thread connects again once it is closed
+                self._state, self._since, self._stalled = DISCONNECTED, time.time(), True
                 self._reason = (f"stopped answering: nothing for {now - self._heard:.0f} s "
                                 "(the host, its server or the network is stuck)")
         if quiet:
@@ -213,8 +215,9 @@ class HostLink:
             if self._stop.is_set():
                 break
             with self._lock:
-                stalled = self._reason if self._state == CONNECTED else None
-            self._set_state(DISCONNECTED, stalled or why or "the connection ended")
+                stalled, self._stalled = self._stalled, False
+            if not stalled:  # the heartbeat's reason says more than the closed stream's
+                self._set_state(DISCONNECTED, why or "the connection ended")
             self._stop.wait(delay)
             delay = min(delay * 2, RETRY_MAX_S)
         self._drop_client()  # one made while the link was closing is not left open
@@ -284,6 +287,7 @@ class HostLink:
             del self._events[:-256], self._decisions[:-256], self._ooms[:-64]
             if self._state != CONNECTED:
                 self._state, self._since, self._reason = CONNECTED, wall, None
+                self._stalled = False
         return bool(gpus)
 
     def _set_state(self, state: str, why: str | None) -> None:

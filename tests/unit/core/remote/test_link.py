@@ -308,6 +308,8 @@ def test_a_silent_connection_is_ended_by_the_heartbeat(links):
     time.sleep(0.05)
     assert not link.check_heartbeat(time.monotonic())
     assert link.check_heartbeat(time.monotonic() + HEARTBEAT_S + 1.0)
+    assert link.view().state == DISCONNECTED  # at once, not when the close is done
+    assert not link.check_heartbeat(time.monotonic() + HEARTBEAT_S + 2.0)  # closed once
     assert client.closed.wait(5), "the silent connection was not closed"
     view = wait_for("disconnected", lambda: (v := link.view()).state == DISCONNECTED and v)
     assert view.reason.startswith("stopped answering: nothing for ")
