@@ -91,6 +91,9 @@ def _dispatch(argv: list[str] | None) -> int:
     if getattr(args, "func", None) is None:
         gui.check_options(parser, args)
         return gui.cmd_gui(args)
+    if getattr(args, "hosts", None):  # the window's option, given before a command
+        parser.error(f"--host before {args.command!r} is the window's: put it after the "
+                     "command (`vram-steward COMMAND --host URL`)")
     from app.core.remote.errors import RemoteError
 
     try:

@@ -115,3 +115,37 @@ def test_screenshot_below_the_windows_minimum_says_its_real_size(tmp_path):
     if (width, height) != (640, 400):
         assert (f"the window cannot be 640x400; the screenshot is {width}x{height}"
                 in done.stderr)
+
+
+def test_the_windows_host_option_before_a_command_is_refused(capsys):
+    from app.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["--host", "ssh://gpu1", "status"])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "--host before 'status' is the window's" in err and "COMMAND --host URL" in err
+
+
+def test_hosts_given_to_the_window_are_checked_before_it_starts(tmp_path, capsys):
+    from app.cli import build_parser, main
+    from app.cli.gui import given_hosts
+
+    token = tmp_path / "token"
+    token.write_text("vst_secret\n")
+    token.chmod(0o600)
+    args = build_parser().parse_args(["--host", "ssh://me@gpu1:2222", "--host",
+                                      "https://gpu2:9847", "--token-file", str(token),
+                                      "--remote-command", "~/venv/bin/vram-steward"])
+    ssh, https = given_hosts(args)
+    assert (ssh.url, ssh.token_file, ssh.remote_command) == (
+        "ssh://me@gpu1:2222", None, "~/venv/bin/vram-steward")
+    assert (https.url, https.token_file, https.remote_command) == (
+        "https://gpu2:9847", str(token), None)
+    for argv, why in ((["--host", "http://gpu2:9847", "--token-file", str(token)],
+                       "in the clear"),
+                      (["--demo", "--host", "ssh://gpu1"], "--demo and --host"),
+                      (["--host", "ssh://gpu1", "--host", "ssh://gpu1"], "already in the list")):
+        assert main([*argv, "--screenshot", str(tmp_path / "x.png")]) == 1
+        err = capsys.readouterr().err
+        assert why in err and not (tmp_path / "x.png").exists()
