@@ -16,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
 from app.core.agents.directory import AgentDirectory
 from app.core.monitor.collector import Collector, default_agents_for
+from app.core.monitor.samples import Snapshot
 from app.core.monitor.source import GpuSource
 from app.core.paths import state_notice
 from app.core.policies.pressure import PolicyRunner
@@ -36,6 +38,8 @@ AgentsFactory = Callable[[GpuSource], "AgentDirectory | None"]
 HistoryLoader = Callable[[], object]
 
 
+#: The sampler thread silent this long: the hosts are shown without it.
+HELD_AFTER_S = 3.0
 MIN_PERIOD_S = 0.1
 MAX_PERIOD_S = 10.0
 DEFAULT_PERIOD_S = 0.25
@@ -198,6 +202,14 @@ class Sampler(QObject):
         self._set_period.connect(self._worker.set_period, Qt.ConnectionType.QueuedConnection)
         self._finish.connect(self._worker.finish, Qt.ConnectionType.QueuedConnection)
         self._started = False
+        # Remote hosts must not wait on this machine's driver: while the sampler
+        # thread is held in a call (a GPU falling off the bus), the hosts' views,
+        # read without I/O, still come every second.
+        self._last_at = time.monotonic()
+        self._last: Snapshot | None = None
+        self._stall_timer = QTimer(self)
+        self._stall_timer.setInterval(1000)
+        self._stall_timer.timeout.connect(self._hosts_while_held)
 
     def start(self) -> None:
         if self._started:
@@ -205,6 +217,8 @@ class Sampler(QObject):
         self._started = True
         if self.fleet is not None:
             self.fleet.start()
+            self._last_at = time.monotonic()
+            self._stall_timer.start()
         self._thread.start()
         self._use_source.emit(self._factory)
 
@@ -225,6 +239,7 @@ class Sampler(QObject):
         if not self._started:
             return True
         self._started = False
+        self._stall_timer.stop()
         if self.fleet is not None:
             self.fleet.close()
         self._finish.emit()
@@ -255,7 +270,23 @@ class Sampler(QObject):
     @Slot(object)
     def _forward(self, snapshot: object) -> None:
         self.source_name = getattr(snapshot, "source", "")
+        if isinstance(snapshot, Snapshot):
+            self._last, self._last_at = snapshot, time.monotonic()
         self.snapshot_ready.emit(snapshot)
+
+    @Slot()
+    def _hosts_while_held(self) -> None:
+        """A snapshot of the hosts alone, with this machine's part an error,
+        when the sampler thread has said nothing for ``HELD_AFTER_S``."""
+        held = time.monotonic() - self._last_at
+        if self.fleet is None or held < max(HELD_AFTER_S, 4 * self.period_s):
+            return
+        last = self._last
+        self.snapshot_ready.emit(Snapshot(
+            time.time(), time.monotonic(), last.source if last else "nvml",
+            last.driver_version if last else None, (),
+            f"this machine's sampler has not answered for {held:.0f} s (a driver call "
+            "that does not return?)", hosts=self.fleet.views()))
 
     @Slot(object)
     def _forward_history(self, stored: object) -> None:

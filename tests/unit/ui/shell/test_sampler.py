@@ -238,3 +238,56 @@ def test_folders_refused_reach_the_gui_thread_as_lines(qtbot, qapp, tmp_path, mo
     window.show_folder_notices([])
     assert not banner.isVisible()
     assert os.listdir(shared) == []  # nothing written there
+
+
+class HeldSource(RecordingSource):
+    """Reads once, then holds the next read until released (a driver call that hangs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def read(self) -> tuple[GpuSample, ...]:
+        if self.reads >= 1:
+            self.release.wait(20)
+        return super().read()
+
+
+class FleetStub:
+    """What the sampler reads of the remote hosts: views, without I/O."""
+
+    def __init__(self) -> None:
+        from app.core.monitor.hosts import CONNECTED, HostView
+
+        self.view = HostView("gpu1", "ssh://gpu1", CONNECTED)
+        self.started = self.closed = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def views(self):
+        return (self.view,)
+
+
+def test_the_hosts_keep_coming_while_this_machines_driver_holds_the_sampler(qapp, qtbot):
+    source, fleet = HeldSource(), FleetStub()
+    sampler = Sampler(lambda: source, 0.1, fleet=fleet)
+    seen: list[Snapshot] = []
+    sampler.snapshot_ready.connect(seen.append)
+    try:
+        sampler.start()
+        qtbot.waitUntil(lambda: any(s.gpus for s in seen), timeout=5000)
+        qtbot.waitUntil(lambda: any(s.error and s.hosts for s in seen), timeout=8000)
+        held = next(s for s in seen if s.error and s.hosts)
+        assert held.gpus == () and held.hosts == (fleet.view,)
+        assert "sampler has not answered" in held.error
+        source.release.set()
+        count = len(seen)
+        qtbot.waitUntil(lambda: any(s.gpus for s in seen[count:]), timeout=5000)
+    finally:
+        source.release.set()
+        assert sampler.stop()
+    assert fleet.started and fleet.closed
