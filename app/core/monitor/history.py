@@ -37,7 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.core.monitor.history_seed import SeedData, SeedPart, epoch_to_monotonic_offset, seed_data
+from app.core.monitor.history_seed import (
+    SeedData,
+    SeedPart,
+    epoch_to_monotonic_offset,
+    samples_after,
+    seed_data,
+)
 from app.core.monitor.naming import label_or_pid
 from app.core.monitor.samples import GpuSample, Snapshot
 from app.core.store.query import StoredHistory
@@ -405,15 +411,23 @@ class History:
 
     def seed(self, stored: StoredHistory, offset_s: float | None = None) -> None:
         """Open with stored history: each GPU not yet sampled gets its stored
-        samples (epoch seconds moved to the monotonic axis: ``monotonic = epoch
-        - offset_s``, now's offset by default)."""
+        samples, one sampled already those newer than its rings (a host's
+        server kept them while it could not be reached); epoch seconds moved
+        to the monotonic axis: ``monotonic = epoch - offset_s``, now's offset
+        by default."""
         offset = epoch_to_monotonic_offset() if offset_s is None else offset_s
         for uuid, series in stored.gpus.items():
             display_id = series.display_id or (None if series.index is None
                                                else str(series.index))
-            if display_id is None or display_id in self.gpus:
+            if display_id is None:
                 continue
             procs = [p for p in stored.processes if p.gpu_uuid == uuid]
+            hist = self.gpus.get(display_id)
+            if hist is not None:  # sampled already: only what came after its rings
+                newest = hist.fine.newest_time()
+                for t, sample in samples_after(series, procs, offset, newest):
+                    hist.add(sample, t)
+                continue
             data = seed_data(series, procs, self.config.fine_span_s,
                              self.config.coarse_step_s, offset)
             if data is not None:

@@ -11,11 +11,12 @@ between samples, so the time the app was not running stays a gap.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.monitor.samples import ProcessSample
+from app.core.monitor.samples import GpuSample, ProcessSample
 from app.core.store.query import GpuSeries, ProcessSeries
 
 ProcessKey = tuple[int, float | None]
@@ -99,3 +100,29 @@ def _peaks(part: SeedPart, epoch: np.ndarray, step_s: float) -> SeedPart:
     return SeedPart(part.t[ends], peak(part.used), peak(part.util),
                     peak(part.rows) if part.rows.size else part.rows[:, :starts.size],
                     peak(part.proc_total), peak(part.unattributed))
+
+
+def samples_after(series: GpuSeries, procs: list[ProcessSeries], offset: float,
+                  newest: float | None) -> Iterator[tuple[float, GpuSample]]:
+    """(monotonic time, sample) of each stored sample newer than ``newest``, in
+    order: what a remote host's server kept while the window could not reach
+    it, appended to rings that end before it."""
+    if newest is None:
+        return
+    times = series.t - offset
+    for i in np.flatnonzero(times > newest + 1e-3):
+        at = float(series.t[i])
+        held = []
+        for p in procs:
+            j = int(np.searchsorted(p.t, at))
+            if j < p.t.size and abs(float(p.t[j]) - at) < 1e-6:
+                value = float(p.bytes[j])
+                held.append(ProcessSample(p.pid, None if np.isnan(value) else int(value),
+                                          name=p.name, user=p.user, command=p.command,
+                                          create_time=p.create_time))
+        used, total, util = (float(series.used[i]), float(series.total[i]),
+                             float(series.util[i]))
+        yield float(times[i]), GpuSample(
+            series.index or 0, series.name or "", series.uuid,
+            None if np.isnan(total) else int(total), None if np.isnan(used) else int(used),
+            None, utilization_gpu=None if np.isnan(util) else util, processes=tuple(held))

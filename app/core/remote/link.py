@@ -98,7 +98,7 @@ class HostLink:
         self._heard = time.monotonic()
         self._new_at = time.monotonic()  # when the latest snapshot arrived
         self._skew = 0.0  # this machine's clock minus the host's (from the hello)
-        self._seeded = False  # the stored history is read on the first connection only
+        self._seeded = False  # the first connection reads the whole SEED_S
         self._stalled = False  # the heartbeat ended the connection (its reason stands)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"vram-steward-host-{key}")
@@ -197,8 +197,7 @@ class HostLink:
                 skew = (sent + now) / 2 - theirs if isinstance(theirs, (int, float)) else 0.0
                 with self._lock:  # under a second is the network's, not the clocks'
                     self._skew = skew if abs(skew) > 1 else 0.0
-                if not self._seeded:
-                    self._read_seed(client, self._skew)
+                self._read_seed(client, self._skew)
                 for snapshot in client.snapshots(on_frame=self._heard_now):
                     if self._receive(snapshot):
                         delay = RETRY_FIRST_S
@@ -223,12 +222,21 @@ class HostLink:
         self._drop_client()  # one made while the link was closing is not left open
 
     def _read_seed(self, client: RemoteClient, skew_s: float) -> None:
-        """The host's stored history, on the first connection (the window's
-        rings hold the rest; none: graphs start now); ``skew_s``: this
-        machine's clock minus the host's.  Never a reason not to stream."""
+        """The host's stored history: the last ``seed_s`` on the first
+        connection, then what it kept since the last snapshot that arrived
+        (the window appends it; a server that was down kept nothing: a gap).
+        ``skew_s``: this machine's clock minus the host's.  Never a reason
+        not to stream."""
+        since_s = self._seed_s
+        if self._seeded:
+            with self._lock:
+                latest = self._latest
+            if latest is None:
+                return
+            since_s = min(self._seed_s, max(1.0, time.time() - latest.timestamp + 5.0))
         self._seeded = True
         try:
-            records = client.history(self._seed_s, timeout_s=SEED_TIMEOUT_S)
+            records = client.history(since_s, timeout_s=SEED_TIMEOUT_S)
             seed = stored_from_records(records, self.key, skew_s)
         except RemoteError as exc:  # none kept (the demo, --no-history), or too slow
             log.info("host %s: no stored history: %s", self.key, exc)

@@ -471,3 +471,27 @@ def test_each_hosts_snapshots_are_kept_once_under_their_own_ids():
     assert [v / MiB for v in there.used] == [1, 2, 300, 320]  # seeded, then each arrival once
     history.add(Snapshot(now + 3, mono + 3, "nvml", None, (gpu(130),)))  # gpu1 removed
     assert set(history.gpus) == {"0"}
+
+
+def test_what_a_host_kept_while_unreachable_is_appended_after_the_rings():
+    from app.core.store.query import GpuSeries, ProcessSeries, StoredHistory
+
+    MiB = 1 << 20
+    history = History(HistoryConfig(period_s=1.0))
+    gpu = GpuSample(0, "GPU", "GPU-1", 1000 * MiB, 100 * MiB, None, display_id="0@gpu1",
+                    processes=(ProcessSample(7, 60 * MiB, create_time=5.0),))
+    history.gpus["0@gpu1"] = hist = GpuHistory(history.config)
+    hist.add(gpu, 100.0)  # the last sample before the connection was lost
+    kept = np.array([99.0, 101.0, 102.0])  # epoch seconds, offset 0: one is old
+    stored = StoredHistory(
+        {"GPU-1": GpuSeries("GPU-1", 0, "GPU", kept, np.array([1.0, 200.0, 300.0]) * MiB,
+                            np.full(3, 1000.0 * MiB), np.array([1.0, 2.0, np.nan]),
+                            display_id="0@gpu1")},
+        [ProcessSeries(7, 5.0, "GPU-1", "python train.py", "ana", kept[1:],
+                       np.array([150.0, np.nan]) * MiB, name="train.py")])
+    history.seed(stored, offset_s=0.0)
+    view = history.view("0@gpu1", 60.0)
+    assert list(view.t) == [-2.0, -1.0, 0.0]  # 100, 101, 102 (99 is older: not put back)
+    assert [v / MiB for v in view.used] == [100, 200, 300]
+    procs = view.processes[(7, 5.0)]
+    assert procs[1] == 150 * MiB and np.isnan(procs[2])  # unknown stays unknown, never 0

@@ -79,6 +79,7 @@ class FakeClient:
         raise RemoteError("this server has no policy verb", "unknown_method")
 
     def history(self, since_s: float, timeout_s: float = 60.0) -> list[dict]:
+        self.asked_since_s = since_s
         if isinstance(self._history, BaseException):
             raise self._history
         return list(self._history)
@@ -401,15 +402,18 @@ def test_pings_without_new_figures_read_as_a_stuck_host(links, monkeypatch):
     assert view.snapshot is not None and view.snapshot.gpus[0].memory_used == 1 * GiB
 
 
-def test_the_stored_history_is_read_on_the_first_connection_only(links):
-    first, second = FakeClient(history=[]), FakeClient(history=RemoteUnavailable("slow"))
-    link = links(SSH, "gpu1", Script(first, second))
+def test_a_reconnection_reads_only_what_the_host_kept_since_its_last_snapshot(links):
+    first, second = FakeClient(history=[]), FakeClient(history=[])
+    link = links(SSH, "gpu1", Script(first, second), seed_s=3600.0)
     link.start()
     first.feed.put(snapshot(1))
     wait_for("connected", lambda: link.view().state == CONNECTED)
+    assert first.asked_since_s == 3600.0  # the first connection: the whole hour
     first.feed.put(END)  # the stream ends: the link connects again
     wait_for("the second connection's stream", second.streaming.is_set)
-    second.feed.put(snapshot(2))  # a history read would have failed: none was asked for
+    # the last snapshot came a moment ago: only the seconds since are asked for
+    assert 1.0 <= second.asked_since_s <= 10.0
+    second.feed.put(snapshot(2))
     wait_for("connected again", lambda: (v := link.view()).state == CONNECTED
              and v.snapshot.gpus[0].memory_used == 2 * GiB)
 
