@@ -85,3 +85,17 @@ def test_alert_tray_that_appears_later_and_quit_from_its_menu(display, tmp_path)
     assert labels[3].startswith("Unload idle models")
     assert labels[4:] == ["Show window", "Settings…", "Pause alerts for 1 h", "Quit"]
     assert result["exit_code"] == 0  # Quit from the tray menu ends the app cleanly
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_one_signal_ends_the_app_even_with_a_tray(display, tmp_path, name):
+    env = dict(os.environ, DISPLAY=display)
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    done = subprocess.run(["dbus-run-session", "--", sys.executable, str(SCENARIO),
+                           str(tmp_path), name], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["tray_after_s"] is not None, seen  # the tray icon was up when it came
+    assert seen["exit_code"] == 0, seen
+    assert seen["exit_after_s"] < 10, seen

@@ -2,13 +2,16 @@
 notification server and a tray host that appears after the app started.
 
 Prints one JSON line with what the "desktop" saw; tests/e2e/test_tray_session.py
-asserts on it.  Usage: tray_session_scenario.py WORKDIR
+asserts on it.  Usage: tray_session_scenario.py WORKDIR [SIGNAL]: with a signal
+name (SIGTERM, SIGINT, SIGHUP), the app is sent it once its tray icon is up,
+instead of choosing Quit in the tray's menu.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +26,7 @@ from tests.fakes.status_notifier_watcher import PanelView, StatusNotifierWatcher
 
 def main() -> int:
     work = Path(sys.argv[1])
+    sig = getattr(signal, sys.argv[2]) if len(sys.argv) > 2 else None
     settings = work / "settings.ini"
     # Alert at 70 %: the demo's first GPU is above that from the start.
     settings.write_text("[alerts]\nthreshold=0.7\nrearm=0.6\n")
@@ -54,9 +58,18 @@ def main() -> int:
                 result["icon_sizes"] = [[w, h] for w, h, _data in panel.prop("IconPixmap")]
                 result["menu"] = [[label, enabled] for _id, label, enabled in
                                   panel.menu_labels()]
-                quit_id = next(i for i, label, _e in panel.menu_labels() if label == "Quit")
-                panel.click(quit_id)
-                result["exit_code"] = app.wait(timeout=20)
+                asked = time.monotonic()
+                if sig is None:
+                    quit_id = next(i for i, label, _e in panel.menu_labels()
+                                   if label == "Quit")
+                    panel.click(quit_id)
+                else:  # once: a tray must not turn it into "hide the window"
+                    app.send_signal(sig)
+                try:
+                    result["exit_code"] = app.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    result["exit_code"] = None
+                result["exit_after_s"] = round(time.monotonic() - asked, 1)
                 panel.close()
             watcher.stop()
         finally:

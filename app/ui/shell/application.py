@@ -154,7 +154,7 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
             instance.raise_requested.connect(lambda _argv: shell.show_window())
         sampler.start()
         shell.start(minimised=minimised)
-        _quit_on_termination(qt_app)
+        _quit_on_termination(qt_app, shell.quit)
         rc = qt_app.exec()
         if instance is not None:
             instance.close()
@@ -210,19 +210,21 @@ def _seed(window: MainWindow, stored: object, recorder: HistoryRecorder | None) 
         window.show_notice(message)
 
 
-def _quit_on_termination(qt_app: QApplication) -> None:
-    """SIGTERM (logout, ``kill``, a service manager) and SIGINT (Ctrl+C in a
-    terminal) end the app the way Quit does: the sampler stops and NVML shuts
-    down cleanly.  Python runs signal handlers only when it holds the
+def _quit_on_termination(qt_app: QApplication, quit_app: Callable[[], None]) -> None:
+    """SIGTERM (logout, ``kill``, a service manager, ``timeout``), SIGINT
+    (Ctrl+C in a terminal) and SIGHUP (the terminal closed) end the app the
+    way the tray's Quit does (``quit_app``: not a window close, which a tray
+    turns into "hide"): the sampler stops, the history is flushed and NVML
+    shuts down cleanly.  Python runs signal handlers only when it holds the
     interpreter, so a slow timer hands it control while Qt waits for events."""
     import signal
 
     from PySide6.QtCore import QTimer
 
-    for name in ("SIGTERM", "SIGINT"):
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None:
-            signal.signal(sig, lambda _signum, _frame: qt_app.quit())
+            signal.signal(sig, lambda _signum, _frame: QTimer.singleShot(0, quit_app))
     timer = QTimer(qt_app)
     timer.timeout.connect(lambda: None)
     timer.start(500)
