@@ -21,10 +21,11 @@ The rule (per GPU, NVML ``memory_used / memory_total``):
   ``auto_unload_blocker``, and it has been idle for at least ``min_idle_s``
   (5 min) on the agent's idle clock (``idle_since``: the last forward, or
   before any forward when the agent first saw it; an older agent's last
-  forward) *and* in this policy's view that long: a model the app has just
-  found (the app started, a process appeared) is not unloaded before the
-  user has had ``min_idle_s`` to see it, however long its agent says it has
-  been idle.  Nor is a model reloaded less than ``RELOAD_GRACE_S`` (60 s, the
+  forward).  The agent has watched the model all along, so its clock is
+  trusted from the app's first sight: an app started after two idle hours
+  does not wait five more minutes.  A model server's model, whose idle
+  figure is the server's own or the app's, must also have been in this
+  policy's view that long.  Nor is a model reloaded less than ``RELOAD_GRACE_S`` (60 s, the
   agent's own rule too) ago: it was just wanted back.  The agent alone says
   what blocks an automatic unload (training evidence, torch.compile, shared
   tensors, ...): the policy never re-derives that from ``training`` or
@@ -156,10 +157,10 @@ class PolicyDecision:
         }
 
 
-def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float, seen_at: float,
-             watched_s: float = math.inf) -> str | None:
+def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float, seen_at: float
+             ) -> str | None:
     """Why ``model`` may not be unloaded automatically (None: it may); ``seen_at``:
-    epoch seconds of its report; ``watched_s``: how long the policy has seen it."""
+    epoch seconds of its report."""
     if model.state != "resident":
         return model.state + (f" to {model.offloaded_to}" if model.offloaded_to else "")
     if model.pinned:
@@ -174,9 +175,6 @@ def _why_not(model: ModelInfo, idle_s: float | None, min_idle_s: float, seen_at:
         return IDLE_UNKNOWN
     if idle_s < min_idle_s:
         return f"idle {idle_s:.0f} s (< {min_idle_s:g} s)"
-    if watched_s < min_idle_s:
-        return (f"found {watched_s:.0f} s ago (< {min_idle_s:g} s; idle "
-                f"{fmt_duration(idle_s)} by its agent)")
     return None
 
 
@@ -255,17 +253,14 @@ class PressurePolicy:
         return gpu.uuid or f"#{gpu.display_id}"
 
     def _note_models(self, snapshot: Snapshot, now: float) -> None:
-        """When each reported model was first seen; a process gone forgets its models."""
-        agents: Mapping[int, AgentReport] = snapshot.agents or {}
+        """When each model server's model was first seen (an agent's idle clock
+        needs no second opinion); a server gone forgets its models."""
         found = self._found
-        for pid, report in agents.items():
-            for m in report.models:
-                found.setdefault((pid, m.id), now)
         for server in snapshot.servers:
             for sm in server.models:
                 found.setdefault((server.pid, server_model_key(sm.id)), now)
-        if len(found) > 4 * sum(len(r.models) for r in agents.values()) + 64:
-            live = set(agents) | {p for s in snapshot.servers for p in s.pids}
+        if len(found) > 4 * sum(len(s.models) for s in snapshot.servers) + 64:
+            live = {p for s in snapshot.servers for p in s.pids}
             self._found = {k: t for k, t in found.items() if k[0] in live}
 
     def watched_s(self, pid: int, model: str, now: float) -> float:
@@ -300,8 +295,7 @@ class PressurePolicy:
                 if home != cuda:
                     continue
                 idle = m.idle_s(seen_at)
-                watched = math.inf if now is None else self.watched_s(pid, m.id, now)
-                why = _why_not(m, idle, self.config.min_idle_s, seen_at, watched)
+                why = _why_not(m, idle, self.config.min_idle_s, seen_at)
                 if why is not None or idle is None:
                     skipped.append((pid, m.id, m.name, why or IDLE_UNKNOWN))
                     continue
