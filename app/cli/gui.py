@@ -116,16 +116,18 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 def unwritable(path: Path) -> str | None:
     """Why the screenshot cannot be saved at ``path``, found before the window is
-    built: missing folders are created (as the save would), then the file is
-    opened for writing; a file this creates is removed again.  None: it can."""
+    built: its folder must exist (none is made: a typo must not leave folders
+    behind), then the file is opened for writing; a file this creates is
+    removed again.  None: it can."""
     if path.is_dir():
         return f"{path} is a folder"
-    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
+    folder = path.parent
+    if not folder.exists():
+        return f"{folder}: no such folder"
     if not folder.is_dir():
         return f"{folder} is not a folder"
     existed = path.exists()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("ab"):
             pass
     except OSError as exc:

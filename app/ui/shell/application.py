@@ -88,6 +88,8 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     from app.ui.window.main_window import MainWindow
 
     guard_singleton_refcounts()
+    if screenshot:
+        _quiet_offscreen()
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])
     qt_app.setApplicationName(APP_NAME)
     qt_app.setApplicationVersion(__version__)
@@ -210,6 +212,19 @@ def _seed(window: MainWindow, stored: object, recorder: HistoryRecorder | None) 
         window.show_notice(message)
 
 
+def _quiet_offscreen() -> None:
+    """A screenshot prints its own lines only: the offscreen platform's note that
+    it cannot pass size hints to a window manager (it has none) is dropped;
+    every other Qt message goes to stderr as Qt would print it."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    def handler(_mode: object, _context: object, message: str) -> None:
+        if "propagateSizeHints" not in message:
+            print(message, file=sys.stderr, flush=True)
+
+    qInstallMessageHandler(handler)
+
+
 def _quit_on_termination(qt_app: QApplication, quit_app: Callable[[], None]) -> None:
     """SIGTERM (logout, ``kill``, a service manager, ``timeout``), SIGINT
     (Ctrl+C in a terminal) and SIGHUP (the terminal closed) end the app the
@@ -283,7 +298,6 @@ def _screenshot(window: MainWindow, sampler: Sampler, path: Path,
             if size is not None and shown != size:
                 print(f"vram-steward: the window cannot be {size[0]}x{size[1]}; "
                       f"the screenshot is {shown[0]}x{shown[1]}", file=sys.stderr)
-            path.parent.mkdir(parents=True, exist_ok=True)
             ok = window.grab().save(str(path))
             result["rc"] = 0 if ok else 1
             if not ok:

@@ -43,9 +43,12 @@ def test_size_without_screenshot_is_refused(capsys):
 
 
 def test_a_writable_path_is_left_as_it_was(tmp_path):
-    fresh = tmp_path / "new" / "deeper" / "shot.png"
+    fresh = tmp_path / "shot.png"
     assert unwritable(fresh) is None
-    assert not fresh.exists() and fresh.parent.is_dir()  # folders made, as the save makes them
+    assert not fresh.exists()
+    missing = tmp_path / "new" / "deeper" / "shot.png"
+    assert unwritable(missing) == f"{missing.parent}: no such folder"
+    assert not (tmp_path / "new").exists()  # no folder is made for a typo
     kept = tmp_path / "old.png"
     kept.write_bytes(b"old")
     assert unwritable(kept) is None
@@ -55,7 +58,7 @@ def test_a_writable_path_is_left_as_it_was(tmp_path):
 def test_unwritable_paths_say_why(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert unwritable(blocker / "sub" / "x.png") == f"{blocker} is not a folder"
+    assert unwritable(blocker / "x.png") == f"{blocker} is not a folder"
     assert unwritable(tmp_path) == f"{tmp_path} is a folder"
 
 
@@ -88,7 +91,9 @@ def test_screenshot_to_an_unwritable_path_fails_fast_with_one_line(tmp_path):
     assert time.monotonic() - started < 20
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert lines == [f"vram-steward: cannot write the screenshot: {blocker} is not a folder"]
+    assert lines == [f"vram-steward: cannot write the screenshot: {blocker / 'dir'}: "
+                     "no such folder"]
+    assert not (blocker.parent / "dir").exists()
 
 
 def _png_size(png: Path) -> tuple[int, int]:
