@@ -38,9 +38,16 @@ def run(qapp: QApplication):
 
 
 def test_screenshot_is_saved(run, tmp_path):
-    png = tmp_path / "deeper" / "shot.png"
+    png = tmp_path / "shot.png"
     assert run(png, (700, 450)) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_missing_folder_is_not_made(run, tmp_path, capsys):
+    assert run(tmp_path / "deeper" / "shot.png") == 1
+    assert not (tmp_path / "deeper").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vram-steward: could not write the screenshot")
 
 
 def test_folder_that_cannot_be_made_ends_with_status_1(run, tmp_path, capsys):
