@@ -9,7 +9,6 @@ imported.  SIGTERM and SIGINT end it cleanly.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from typing import Any
 
 from app import APP_NAME
 from app.cli.common import EXIT_FAILED, EXIT_OK, tell
+from app.core.remote.host_config import is_loopback
 
 EXIT_BAD_INPUT = 2
 DEFAULT_PORT = 9847
@@ -43,15 +43,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise ValueError(f"--listen {text!r}: ports are 0 to 65535")
     return host or "127.0.0.1", number
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -43,7 +43,6 @@ class HostControllers:
         self.local = local
         self._directory_of = directory_of
         self._remote: dict[str, AppController] = {}
-        self._users: dict[str, str | None] = {}
         self._views: dict[str, HostView] = {}  # each host as the latest snapshot saw it
         self._listeners: list[Listener] = []
         self._wake: Callable[[], None] | None = None
@@ -70,12 +69,17 @@ class HostControllers:
         ctl = self._remote.get(host)
         if ctl is None:
             ctl = AppController(lambda: self._directory(host), wake=self._wake, host=host,
-                                user=lambda: self._users.get(host),
+                                user=lambda: self._user_of(host),
                                 run_terminate=lambda action: self._terminate(host, action))
             for listener in self._listeners:
                 ctl.subscribe(listener)
             self._remote[host] = ctl
         return ctl
+
+    def _user_of(self, host: str) -> str | None:
+        """The user ``host``'s server acts for, as its latest view says."""
+        view = self._views.get(host)
+        return None if view is None else view.user
 
     def _directory(self, host: str) -> AgentDirectory | None:
         if self._directory_of is None:
@@ -180,7 +184,6 @@ class HostControllers:
         self.local.on_snapshot(snapshot)
         self._views = {view.key: view for view in snapshot.hosts}
         for view in snapshot.hosts:
-            self._users[view.key] = view.user
             ctl = self._remote.get(view.key)
             if view.snapshot is not None and view.connected and (
                     ctl is None or ctl.latest is None
@@ -194,7 +197,6 @@ class HostControllers:
             if not ctl.running():
                 ctl.close()
                 del self._remote[key]
-                self._users.pop(key, None)
 
     def poll(self) -> int:
         return sum(ctl.poll() for ctl in self.controllers())

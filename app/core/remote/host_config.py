@@ -102,6 +102,11 @@ def check_private_file(path: str, what: str) -> None:
         st = os.stat(path, follow_symlinks=False)
     except OSError as exc:
         raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+    _check_private(st, what, path)
+
+
+def _check_private(st: os.stat_result, what: str, path: str) -> None:
+    """ValueError unless ``st`` is a regular file of this user that only it may read."""
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"{what} {path}: not a regular file")
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
@@ -127,13 +132,7 @@ def read_token_file(path: str) -> str:
     except OSError as exc:
         raise ValueError(f"token file {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"token file {path}: not a regular file")
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            raise ValueError(f"token file {path}: not yours (owner uid {st.st_uid})")
-        if st.st_mode & 0o077:
-            raise ValueError(f"token file {path}: others may read it (chmod 600 {path})")
+        _check_private(os.fstat(f.fileno()), "token file", path)
         for raw in f.read(64 * 1024).splitlines():
             line = raw.split("#", 1)[0].strip()
             if line:
