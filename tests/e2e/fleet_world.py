@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -57,6 +59,16 @@ class Server:
 
     def errors(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
+
+    def stored_gpus(self) -> int:
+        """How many GPUs have a sample in the history this server records
+        (0 until its first flush, or with ``--no-history``)."""
+        path = os.path.join(self.host.root_home, "state", "history.sqlite3")
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                return int(db.execute("SELECT COUNT(DISTINCT gpu) FROM sample").fetchone()[0])
+        except sqlite3.Error:
+            return 0
 
     def kill(self) -> None:
         """SIGKILL: no goodbye to its clients, nothing flushed."""

@@ -126,7 +126,9 @@ def world() -> Iterator[World]:
         a = Server(host_a, "127.0.0.2:0", history=True)
         b = Server(host_b, "127.0.0.3:0", "--tls-cert", cert, "--tls-key", key,
                    "--token-file", server_tokens)
-        agent = Agent(host_b, "agent")  # a few seconds: a's history fills meanwhile
+        agent = Agent(host_b, "agent")
+        # the fleet's first look at a hands out a's last hour: some must be stored
+        wait_for("a's first stored samples", lambda: a.stored_gpus() == 2, 30)
         b_token = token_file(folder, [TOKEN], "b-token")
         b_nobody = token_file(folder, [NOBODY_TOKEN], "b-nobody")
         configs = [HostConfig(a.url), HostConfig(b.url, b_token, cert)]
