@@ -115,11 +115,11 @@ DEFAULT_PROCESSES = (
 def scaled_scenario(gpu_count: int, processes_per_gpu: int, seed: int = 0
                     ) -> tuple[tuple[DemoGpu, ...], tuple[DemoProcess, ...]]:
     """A bigger machine for benchmarks: exactly ``processes_per_gpu`` process
-    series per GPU.  Most run throughout; one in eight is a batch job that
-    starts within the first 30 min, runs 5-30 min and exits for good, so
-    processes come and go without adding series.  Slow leaks are saw-tooths
-    with a 30 min period (the leak is reclaimed), which keeps every GPU's
-    processes within its memory however long the scenario runs."""
+    series per GPU, all running from the start.  Most run throughout; one in
+    eight is a batch job that ends for good between 5 min and 1 h in, so
+    processes go without adding series.  Slow leaks are saw-tooths with a
+    30 min period (the leak is reclaimed), which keeps every GPU's processes
+    within its memory however long the scenario runs."""
     rng = np.random.default_rng(seed)
     gpus = tuple(DemoGpu(f"NVIDIA H100 80GB HBM3 (demo {i})", 80 * GiB, 700.0, 512 * MiB,
                          213 * MiB, 2 * MiB)
@@ -131,15 +131,18 @@ def scaled_scenario(gpu_count: int, processes_per_gpu: int, seed: int = 0
             batch = j % 8 == 7
             shape = int(rng.integers(0, 3))  # CONSTANT, SAWTOOTH or a slow-leak saw-tooth
             slow_leak = shape == LEAK
+            base = share * float(rng.uniform(0.3, 0.6))
+            period_s = 1800.0 if slow_leak else float(rng.uniform(20, 90))
+            sm = float(rng.uniform(0, 90))
+            # A batch job ends where one started within the first 30 min and
+            # run for 5-30 min would end: it was running when the demo began.
+            ends_s = float(rng.uniform(0, 1800)) + float(rng.uniform(300, 1800)) \
+                if batch else None
             procs.append(DemoProcess(
                 g, "python", f"python worker.py --rank {g * processes_per_gpu + j}", None,
-                SAWTOOTH if slow_leak else shape,
-                base=share * float(rng.uniform(0.3, 0.6)),
-                amp=share * (0.25 if slow_leak else 0.3),
-                period_s=1800.0 if slow_leak else float(rng.uniform(20, 90)),
-                sm=float(rng.uniform(0, 90)),
-                start_s=float(rng.uniform(0, 1800)) if batch else 0.0,
-                lifetime_s=float(rng.uniform(300, 1800)) if batch else None,
+                SAWTOOTH if slow_leak else shape, base=base,
+                amp=share * (0.25 if slow_leak else 0.3), period_s=period_s, sm=sm,
+                lifetime_s=ends_s,
                 gap_s=math.inf,  # a batch job that ends does not come back
                 pid=100000 + g * 1000 + j * 10))
     return gpus, tuple(procs)
@@ -151,9 +154,13 @@ class DemoSource(GpuSource):
 
     def __init__(self, seed: int = 7, clock: Callable[[], float] = time.monotonic,
                  gpus: tuple[DemoGpu, ...] = DEFAULT_GPUS,
-                 processes: tuple[DemoProcess, ...] = DEFAULT_PROCESSES) -> None:
+                 processes: tuple[DemoProcess, ...] = DEFAULT_PROCESSES,
+                 started_at: float | None = None) -> None:
+        """``started_at``: the wall-clock time (epoch seconds) of the demo's
+        start; None: when it opens (a replay puts its moment at now)."""
         self.seed = seed
         self.clock = clock
+        self._started_at = started_at
         self.gpus = gpus
         self.processes = processes
         self._opened_at: float | None = None
@@ -206,7 +213,7 @@ class DemoSource(GpuSource):
     def open(self, elapsed: float = 0.0) -> None:
         """Start the script, ``elapsed`` seconds in (the CLI shows the demo mid-run)."""
         self._opened_at = self.clock() - elapsed
-        self._epoch = time.time() - elapsed
+        self._epoch = (time.time() - elapsed) if self._started_at is None else self._started_at
 
     def driver_version(self) -> str | None:
         return "demo"
@@ -362,14 +369,16 @@ class DemoSource(GpuSource):
 
 
 def demo_source(size: tuple[int, int] | None = None, seed: int = 7,
-                clock: Callable[[], float] = time.monotonic) -> DemoSource:
+                clock: Callable[[], float] = time.monotonic,
+                started_at: float | None = None) -> DemoSource:
     """What ``--demo`` runs: the scripted workstation, or for ``size`` = (GPUs,
     processes per GPU) the scaled machine of :func:`scaled_scenario`, laid out
     as the benchmarks lay it out (its scripted processes have no agents)."""
     if size is None:
-        return DemoSource(seed=seed, clock=clock)
+        return DemoSource(seed=seed, clock=clock, started_at=started_at)
     gpus, processes = scaled_scenario(*size)
-    return DemoSource(seed=seed, clock=clock, gpus=gpus, processes=processes)
+    return DemoSource(seed=seed, clock=clock, gpus=gpus, processes=processes,
+                      started_at=started_at)
 
 
 @dataclass(frozen=True, slots=True)
