@@ -1,6 +1,7 @@
 """The agent directory a command talks through: the one the GUI uses.
 
-``--demo`` gets ``DemoAgents``; real agents get the GUI's ``AgentHub`` used
+``--demo`` gets ``DemoAgents`` at the demo's moment (``demo_moment``: the
+moment every one-shot demo command shows); real agents get the GUI's ``AgentHub`` used
 one-shot: never started (no polling threads), so ``entries()`` reads the
 registry and every action opens a connection of its own under the command's
 timeout.  Reports are the one thing a one-shot hub does not hold (the GUI's
@@ -10,7 +11,6 @@ hub keeps the latest polled ones): ``read_reports`` asks the agents for them.
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,22 +21,17 @@ from app.core.agents.types import AgentEntry, AgentReport
 if TYPE_CHECKING:
     from app.core.agents.hub import AgentHub
 
-#: Seconds of the demo replayed before a model command (see ``demo_model_agents``).
-DEMO_REPLAY_S = 320.0
-
-
-def open_directory(args: argparse.Namespace, replay_s: float | None = None) -> AgentDirectory:
-    """DemoAgents for ``--demo`` (after ``replay_s`` seconds of the pressure policy
-    when given), else a one-shot AgentHub on the user's registry."""
+def open_directory(args: argparse.Namespace) -> AgentDirectory:
+    """The server's agents for ``--host``, the demo's at its moment for
+    ``--demo``, else a one-shot AgentHub on the user's registry."""
     if getattr(args, "host", None):
         from app.cli.remote import remote_directory
 
         return remote_directory(args)
     if getattr(args, "demo", False):
-        seed = getattr(args, "seed", 7)
-        size = getattr(args, "demo_size", None)
-        return (demo_agents(seed, size) if replay_s is None
-                else demo_model_agents(seed, replay_s, size))
+        from app.core.agents.demo_moment import demo_moment
+
+        return demo_moment(getattr(args, "seed", 7), getattr(args, "demo_size", None)).agents
     return real_agents()
 
 
@@ -86,43 +81,3 @@ def read_reports(directory: AgentDirectory, timeout_s: float) -> list[AgentAnswe
             return AgentAnswer(entry, None, str(exc))
 
     return gather(one, directory.entries())
-
-
-def demo_agents(seed: int, size: tuple[int, int] | None = None) -> AgentDirectory:
-    """The demo's agents 30 s into its run: a grown training cache, eval.py running
-    (``size``: the scaled demo's, which has none)."""
-    from app.core.agents.demo import DemoAgents
-    from app.core.monitor.demo_source import demo_source
-
-    source = demo_source(size, seed)
-    source.open(elapsed=30.0)
-    agents = DemoAgents(source)
-    source.read()
-    return agents
-
-
-def demo_model_agents(seed: int, replay_s: float = DEMO_REPLAY_S,
-                      size: tuple[int, int] | None = None) -> AgentDirectory:
-    """The demo's agents after its first ``replay_s`` seconds, replayed at 4 Hz
-    through the collector and the pressure policy exactly as the GUI runs them:
-    GPU 0 crosses 90 % every 45 s from ~32 s on, and once the policy has seen
-    the notebook's idle pipeline for its minimum idle time (5 min), at ~302 s,
-    it unloads its text encoder and UNet.  The demo then goes on in real time."""
-    from app.core.agents.demo import DemoAgents
-    from app.core.monitor.collector import Collector
-    from app.core.monitor.demo_source import demo_source
-    from app.core.policies.pressure import PolicyRunner
-
-    shift = [0.0]
-    source = demo_source(size, seed, clock=lambda: time.monotonic() + shift[0])
-    source.open()
-    agents = DemoAgents(source)
-    runner = PolicyRunner(agents, synchronous=True, clock=source.clock)
-    collector = Collector(source, agents=agents, pressure_policy=runner)
-    collector.open()
-    for _ in range(int(replay_s * 4)):
-        collector.collect()
-        shift[0] += 0.25
-    runner.close()
-    source.read()
-    return agents

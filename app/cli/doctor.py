@@ -1,10 +1,12 @@
 """``doctor``: every current diagnosis with its evidence and fixes, and the OOM reports.
 
-``--demo`` runs the demo's first 15 simulated minutes at once on its own
-clock, through the real collector and doctor, and shows what they found
-(the leak, the "full soon" alert as it fired, the OOM post-mortem).  Without
-it: one real collection (NVML and the agents), trends started from the stored
-history.  ``--oom`` lists the stored OOM reports.  No Qt on this path.
+``--demo`` shows the demo at its moment (``demo_moment``: replayed from its
+start at once, through the collector, agents, pressure policy and doctor the
+window runs): what they found (the leak, the "full soon" alert as it fired,
+the OOM post-mortem), as every demo command shows it.  Without it: one real
+collection (NVML and the agents), trends started from the stored history.
+``--oom`` lists the stored OOM reports (``--demo``: the demo's).  No Qt on
+this path.
 """
 
 from __future__ import annotations
@@ -20,58 +22,37 @@ from app.cli.common import EXIT_FAILED, EXIT_NO_SOURCE, EXIT_OK, print_json, tel
 if TYPE_CHECKING:
     from app.core.agents.directory import AgentDirectory
     from app.core.agents.types import AgentReport
-    from app.core.diagnosis.doctor import Doctor
+    from app.core.diagnosis.doctor import Firing
     from app.core.diagnosis.types import Diagnosis, OomReport
-    from app.core.monitor.samples import Snapshot
 
-#: What ``--demo`` runs: simulated seconds, and the step between two ticks.
-DEMO_SECONDS = 900
-DEMO_STEP_S = 1.0
 #: How far back the stored history seeds the trends.
 HISTORY_S = 1800.0
 
 
-def run_demo(seed: int = 7, seconds: float = DEMO_SECONDS, step_s: float = DEMO_STEP_S
-             ) -> tuple[Snapshot, Doctor, float]:
-    """The demo's first ``seconds`` through the collector and doctor, instantly:
-    (last snapshot, the doctor, the simulated epoch it started at)."""
-    from app.core.agents.demo import DemoAgents
-    from app.core.diagnosis.doctor import Doctor
-    from app.core.monitor.collector import Collector
-    from app.core.monitor.demo_source import DemoSource
-
-    now = [0.0]
-    source = DemoSource(seed=seed, clock=lambda: now[0])
-    source.open()
-    started = source.now()
-    doctor = Doctor(demo=True)
-    collector = Collector(source, agents=DemoAgents(source), pressure_policy=False,
-                          doctor=doctor, wall_clock=source.now, monotonic_clock=source.clock)
-    collector.open()
-    snapshot = collector.collect()
-    for i in range(1, int(seconds / step_s) + 1):
-        now[0] = i * step_s
-        snapshot = collector.collect()
-    collector.close()
-    return snapshot, doctor, started
-
-
-def _keep(d: Diagnosis | OomReport, pid: int | None) -> bool:
+def _keep(d: Diagnosis | OomReport | Firing, pid: int | None) -> bool:
     return pid is None or d.pid == pid
 
 
+def _moment_text(at_s: float) -> str:
+    from app.core.units import fmt_duration
+
+    return "at its start" if at_s == 0 else \
+        f"{fmt_duration(at_s)} in (replayed from its start at once)"
+
+
 def _demo(args: argparse.Namespace) -> int:
-    if args.demo_size is not None:
-        print(f"{APP_NAME}: doctor --demo runs the scripted demo (no GxP scenario)",
-              file=sys.stderr)
-        return EXIT_NO_SOURCE
-    snapshot, doctor, started = run_demo(args.seed)
+    """The Doctor of the demo at its moment: what the window's Doctor tab shows then."""
+    from app.core.agents.demo_moment import demo_moment
+    from app.core.units import fmt_duration
+
+    moment = demo_moment(args.seed, args.demo_size)
+    snapshot, doctor, started = moment.snapshot, moment.doctor, moment.started
     diagnoses = [d for d in snapshot.diagnoses if _keep(d, args.pid)]
     reports = [r for r in reversed(doctor.reports) if _keep(r, args.pid)]
-    firings = list(doctor.firings)
+    firings = [f for f in doctor.firings if _keep(f, args.pid)]
     if args.json:
         print_json({
-            "source": "demo", "simulated_s": DEMO_SECONDS, "started": started,
+            "source": "demo", "simulated_s": moment.at_s, "started": started,
             "time": snapshot.timestamp,
             "diagnoses": [_with_elapsed(d.to_json(), d.since, started) for d in diagnoses],
             "alerts": [dict(f.to_json(), fired_at_s=round(f.fired_at - started, 1),
@@ -80,16 +61,38 @@ def _demo(args: argparse.Namespace) -> int:
             "oom_reports": [dict(r.to_json(), time_s=round(r.time - started, 1))
                             for r in reports]})
         return EXIT_OK
-    from app.core.units import fmt_duration
 
-    print(f"Doctor (demo): the first {fmt_duration(DEMO_SECONDS)} of the demo, simulated")
-    _print_diagnoses(diagnoses, lambda t: f"at {fmt_duration(t - started)}")
+    def at(t: float) -> str:
+        return f"at {fmt_duration(t - started)}"
+
+    print(f"Doctor (demo): the demo {_moment_text(moment.at_s)}")
+    _print_diagnoses(diagnoses, at)
     if firings:
         print("\nAlerts fired:")
         for f in firings:
-            cleared = "" if f.cleared_at is None else \
-                f" (cleared at {fmt_duration(f.cleared_at - started)})"
-            print(f"  at {fmt_duration(f.fired_at - started)}: {f.title}{cleared}")
+            cleared = "" if f.cleared_at is None else f" (cleared {at(f.cleared_at)})"
+            print(f"  {at(f.fired_at)}: {f.title}{cleared}")
+    _print_reports(reports, at)
+    return EXIT_OK
+
+
+def _demo_oom(args: argparse.Namespace) -> int:
+    """The demo's OOM reports at its moment (it keeps them in memory, never on disk)."""
+    from app.core.agents.demo_moment import demo_moment
+    from app.core.units import fmt_duration
+
+    moment = demo_moment(args.seed, args.demo_size)
+    started = moment.started
+    reports = [r for r in reversed(moment.doctor.reports) if _keep(r, args.pid)]
+    if args.json:
+        print_json({"source": "demo", "simulated_s": moment.at_s, "started": started,
+                    "oom_reports": [dict(r.to_json(), time_s=round(r.time - started, 1))
+                                    for r in reports]})
+        return EXIT_OK
+    if not reports:
+        print(f"No OOM reports in the demo {_moment_text(moment.at_s)}.")
+        return EXIT_OK
+    print(f"Doctor (demo): the demo {_moment_text(moment.at_s)}")
     _print_reports(reports, lambda t: f"at {fmt_duration(t - started)}")
     return EXIT_OK
 
@@ -241,7 +244,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if args.host:
             return _remote(args)
         if args.oom:
-            return _oom(args)
+            return _demo_oom(args) if args.demo else _oom(args)
         if args.demo:
             return _demo(args)
         return _live(args)

@@ -1,6 +1,6 @@
 """The model manager: ``models``, ``unload``, ``reload``, ``pin`` and ``policy``,
-through the agent directory the GUI uses (``--demo``: the demo's, after the
-pressure policy's first unloads)."""
+through the agent directory the GUI uses (``--demo``: the demo's at its moment,
+after the pressure policy's first unloads)."""
 
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ def model_records(report: AgentReport, now: float | None = None) -> list[dict[st
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from app.cli.directory import DEMO_REPLAY_S, open_directory, read_reports
+    from app.cli.directory import open_directory, read_reports
 
-    answers = read_reports(open_directory(args, replay_s=DEMO_REPLAY_S), args.timeout)
+    answers = read_reports(open_directory(args), args.timeout)
     servers = _servers_snapshot(args)
     managed = managed_pids(servers) if servers is not None else set()
     records = [{"kind": "agent", **rec} for a in answers
@@ -135,10 +135,10 @@ def _server_line(r: dict[str, Any]) -> str:
 def _one_agent(args: argparse.Namespace) -> AgentDirectory | None:
     """The directory to act through when it knows process ``--pid``, else None
     (after saying so: :func:`_no_agent`)."""
-    from app.cli.directory import DEMO_REPLAY_S, find_entry, open_directory
+    from app.cli.directory import find_entry, open_directory
     from app.core.servers.types import holding
 
-    directory = open_directory(args, replay_s=DEMO_REPLAY_S)
+    directory = open_directory(args)
     if find_entry(directory, args.pid) is not None:
         return directory
     if getattr(args, "host", None) and getattr(args, "model", None):

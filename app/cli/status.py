@@ -39,6 +39,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     if args.host:
         snapshot = _remote_snapshot(args)
+    elif args.demo:  # the demo at its moment, as every demo command shows it
+        from app.core.agents.demo_moment import demo_moment
+
+        snapshot = demo_moment(args.seed, args.demo_size).snapshot
     else:
         collector = Collector(make_source(args.demo, args.seed, size=args.demo_size),
                               servers=None if args.demo else scanned_servers())

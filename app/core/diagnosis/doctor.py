@@ -63,11 +63,12 @@ class Firing:
     fired_at: float
     seconds_to_full: float
     cleared_at: float | None = None
+    pid: int | None = None  # the process growing most when it fired (None: no one alone)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "full_soon", "gpu": self.gpu, "title": self.title,
                 "fired_at": self.fired_at, "seconds_to_full": self.seconds_to_full,
-                "cleared_at": self.cleared_at}
+                "cleared_at": self.cleared_at, "pid": self.pid}
 
 
 @dataclass(slots=True)
@@ -344,5 +345,5 @@ class Doctor:
                                    self._full.fired_at(gpu.display_id),
                                    sorted(caches, key=lambda c: -c[1]))
         if fired:
-            self.firings.append(Firing(gpu.display_id, found.title, now, eta))
+            self.firings.append(Firing(gpu.display_id, found.title, now, eta, pid=found.pid))
         return [found]
