@@ -211,7 +211,7 @@ class DemoSource(GpuSource):
         self.free_bytes: list[int] = []
 
     def open(self, elapsed: float = 0.0) -> None:
-        """Start the script, ``elapsed`` seconds in (the CLI shows the demo mid-run)."""
+        """Start the script, ``elapsed`` seconds in."""
         self._opened_at = self.clock() - elapsed
         self._epoch = (time.time() - elapsed) if self._started_at is None else self._started_at
 

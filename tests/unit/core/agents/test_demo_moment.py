@@ -103,6 +103,26 @@ def test_the_policys_unloads_are_what_is_offloaded(moment):
     assert offloaded == policy_unloads
 
 
+def test_one_pid_per_process_and_one_process_per_pid():
+    """Over the demo's first 20 minutes (restarts, eval.py's runs): a process
+    keeps its pid for its life, a new one gets its own, and no two share one."""
+    now = [0.0]
+    source = demo_source(None, 7, clock=lambda: now[0])
+    source.open()
+    pid_of: dict[tuple[str, float], set[int]] = {}
+    process_of: dict[int, set[tuple[str, float]]] = {}
+    for t in range(0, 1200):
+        now[0] = float(t)
+        for gpu in source.read():
+            for p in gpu.processes:
+                life = (p.command, p.create_time)
+                pid_of.setdefault(life, set()).add(p.pid)
+                process_of.setdefault(p.pid, set()).add(life)
+    assert len(pid_of) > 6  # restarts happened
+    assert all(len(pids) == 1 for pids in pid_of.values())
+    assert all(len(lives) == 1 for lives in process_of.values())
+
+
 @pytest.mark.parametrize("size", [(2, 8), (3, 17), (8, 64)])
 def test_a_scaled_demo_shows_all_its_processes_at_its_start(size):
     gpus, per_gpu = size
