@@ -1,4 +1,10 @@
-"""The legend beside a GPU's plot: one row per :class:`LegendEntry`."""
+"""The legend beside a GPU's plot: one row per :class:`LegendEntry`.
+
+Its width follows its longest name (within a share of the panel), and each name
+is elided to the width its row really has: "vllm.entrypoints.openai.api_server
+(9121)" shows in full beside a wide plot, and loses characters only on a narrow
+panel.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,12 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.core.monitor.plot_data import LegendEntry, Role
 from app.core.units import fmt_bytes
-from app.ui.style.text import elide_keeping_pid, plain_label, plain_tip
+from app.ui.style.elided_label import ElidedLabel
+from app.ui.style.text import plain_tip
 
 
 def value_text(entry: LegendEntry) -> str:
@@ -26,16 +33,16 @@ class _LegendRow(QWidget):
         lay.setSpacing(6)
         self.swatch = QFrame(self)
         self.swatch.setFixedSize(14, 4)
-        self.name = plain_label(QLabel(self))  # a process's name: its owner's words
-        self.name.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.name = ElidedLabel(self)  # a process's name: its owner's words
         self.value = QLabel(self)
         self.value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.value.setMinimumWidth(58)
+        # Room for the widest figure ("ended", "12.3 GiB", "123.4 GiB") before the name.
+        self.value.setMinimumWidth(self.value.fontMetrics().horizontalAdvance("000.0 GiB"))
         lay.addWidget(self.swatch, 0, Qt.AlignmentFlag.AlignVCenter)
         lay.addWidget(self.name, 1)
         lay.addWidget(self.value, 0)
         self._state: tuple = ()
-        self.name_px = 128  # the room for a name, set by the legend from its width
+        self.needed_px = 0  # the width that shows the whole name (set with the entry)
         self.color = QColor()
         self.tip: str | None = None
         self.entry: LegendEntry = LegendEntry("", Role.OTHER, "", None)
@@ -43,7 +50,7 @@ class _LegendRow(QWidget):
     def set(self, entry: LegendEntry, color: QColor, tip: str | None = None) -> None:
         """Restyle only when something but the value changed (labels re-elide slowly)."""
         name, style = entry.label, entry.style.value  # a CSS border style
-        state = (color.rgba(), name, style, entry.emphasised, entry.dimmed, tip, self.name_px)
+        state = (color.rgba(), name, style, entry.emphasised, entry.dimmed, tip)
         if state != self._state:
             self._state = state
             c = QColor(color)
@@ -52,12 +59,14 @@ class _LegendRow(QWidget):
             self.swatch.setStyleSheet(
                 f"background: transparent; border-top: 3px {style} rgba({c.red()},{c.green()},"
                 f"{c.blue()},{c.alpha()});")
-            self.name.setText(elide_keeping_pid(self.name.fontMetrics(), name, self.name_px))
-            self.name.setToolTip(plain_tip(tip or name))
             font = self.name.font()
             font.setBold(entry.emphasised)
             self.name.setFont(font)
+            self.name.setText(name)
+            self.name.setToolTip(plain_tip(tip or name))
             self.name.setEnabled(not entry.dimmed)
+            self.needed_px = (self.swatch.width() + 2 * self.layout().spacing()
+                              + self.name.full_width() + self.value.minimumWidth())
         self.value.setText(value_text(entry))
         self.entry, self.color, self.tip = entry, color, tip
 
@@ -70,8 +79,9 @@ class _LegendRow(QWidget):
 
 
 MIN_WIDTH = 236  # px
-MAX_WIDTH = 360  # px
-_NOT_NAME = 108  # px of a row that are not its name: swatch, value, spacing, margins
+MAX_WIDTH = 480  # px
+#: The most of its panel's width the legend takes for its names (the plot keeps the rest).
+PANEL_SHARE = 0.38
 
 
 class LegendPanel(QWidget):
@@ -86,16 +96,26 @@ class LegendPanel(QWidget):
         self._rows: list[_LegendRow] = []
         self._lay.addStretch(1)
         self.entries: list[tuple[Hashable, str]] = []  # (key, name) shown, in order
+        self._panel_px = 0
 
     def fit_width(self, panel_width: int) -> None:
-        """A fifth of the panel, within bounds: long names show in full on wide panels."""
-        width = max(MIN_WIDTH, min(MAX_WIDTH, panel_width // 5))
+        """The panel's width changed: the most the legend may take changed with it."""
+        self._panel_px = panel_width
+        self._fit()
+
+    def wanted_width(self) -> int:
+        """The width that shows every name in full, within :data:`MIN_WIDTH` and the
+        share of the panel a legend may take."""
+        m = self._lay.contentsMargins()
+        need = max((row.needed_px for row in self._rows if row.isVisibleTo(self)),
+                   default=0) + m.left() + m.right()
+        cap = max(MIN_WIDTH, min(MAX_WIDTH, int(self._panel_px * PANEL_SHARE)))
+        return max(MIN_WIDTH, min(cap, need))
+
+    def _fit(self) -> None:
+        width = self.wanted_width()
         if width != self.width():
-            self.setFixedWidth(width)
-            for row in self._rows:
-                row.name_px = width - _NOT_NAME
-                if row.isVisibleTo(self):
-                    row.set(row.entry, row.color, row.tip)
+            self.setFixedWidth(width)  # the rows' names re-elide to their new width
 
     def set_entries(self, entries: Sequence[LegendEntry],
                     color_of: Callable[[LegendEntry], QColor],
@@ -106,12 +126,12 @@ class LegendPanel(QWidget):
             self._lay.insertWidget(len(self._rows), row)
             self._rows.append(row)
         for row, entry in zip(self._rows, entries):
-            row.name_px = self.width() - _NOT_NAME
             row.set(entry, color_of(entry), tip_of(entry))
             row.setVisible(True)
         for row in self._rows[len(entries):]:
             row.setVisible(False)
         self.entries = [(e.key, e.label) for e in entries]
+        self._fit()
 
     def update_values(self, values: Mapping[Hashable, float | None]) -> None:
         """Every shown row whose key is in ``values`` reads its figure now: the
