@@ -4,13 +4,17 @@ With more GPUs than fit on screen the window shows one tile per GPU beside the
 selected GPU's full panel (as Task Manager's sidebar does); a click selects.
 One painted widget, no child labels: eight of them cost next to nothing per tick.
 A disconnected host's tile keeps its last figures, greyed, and says since when.
+Its name is elided to the width the tile is painted at, and its sizeHint asks for
+the width that shows it whole (:func:`strip_width` sizes the overview's strip).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.core.monitor.hosts import split_id
@@ -21,6 +25,11 @@ from app.ui.style.painting import fill_known_runs
 from app.ui.style.text import plain_tip
 
 HEIGHT_PX = 74
+MIN_WIDTH_PX = 220
+#: Inside the tile's 1 px border: its text's left and right margins.
+_INSET_PX = 10
+#: Between "GPU 0" and the name, and between the memory and the SM figures.
+_GAP_PX = 8
 
 
 class GpuTile(QWidget):
@@ -50,7 +59,25 @@ class GpuTile(QWidget):
         self.span_s = 600.0
 
     def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(220, HEIGHT_PX)
+        """As wide as its whole name beside "GPU 0" (and its figures) need."""
+        metrics = self.fontMetrics()
+        bold = QFont(self.font())
+        bold.setBold(True)
+        head = (QFontMetrics(bold).horizontalAdvance(self.title) + _GAP_PX
+                + metrics.horizontalAdvance(self.name))
+        figures = (metrics.horizontalAdvance(self.memory_text) + _GAP_PX
+                   + metrics.horizontalAdvance(self.util_text))
+        return QSize(max(MIN_WIDTH_PX, max(head, figures) + 2 * (_INSET_PX + 1)), HEIGHT_PX)
+
+    def shown_name(self) -> str:
+        """The name as painted at the tile's width now: whole where it fits beside
+        "GPU 0", elided where it does not."""
+        bold = QFont(self.font())
+        bold.setBold(True)
+        room = (self.width() - 2 * (_INSET_PX + 1) - QFontMetrics(bold).horizontalAdvance(
+            self.title) - _GAP_PX)
+        return self.fontMetrics().elidedText(self.name, Qt.TextElideMode.ElideRight,
+                                             max(0, room))
 
     def set_sample(self, gpu: GpuSample) -> None:
         """The latest figures (text only; the mini history waits for a refresh)."""
@@ -111,7 +138,7 @@ class GpuTile(QWidget):
         painter.setBrush(palette.base())
         painter.drawRoundedRect(box, 8, 8)
 
-        inner = box.adjusted(10, 6, -10, -6)
+        inner = box.adjusted(_INSET_PX, 6, -_INSET_PX, -6)
         fg, muted = pal.foreground(palette), pal.muted(palette)
         if self.stale_text:
             fg = muted
@@ -123,11 +150,10 @@ class GpuTile(QWidget):
         head = QRectF(inner.left(), inner.top(), inner.width(), line_h)
         painter.drawText(head, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
                          self.title)
-        title_w = painter.fontMetrics().horizontalAdvance(self.title) + 8
+        title_w = painter.fontMetrics().horizontalAdvance(self.title) + _GAP_PX
         painter.setFont(self.font())
         painter.setPen(muted)
-        name = painter.fontMetrics().elidedText(self.name, Qt.TextElideMode.ElideRight,
-                                                int(inner.width() - title_w))
+        name = self.shown_name()
         painter.drawText(head.adjusted(title_w, 0, 0, 0),
                          Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
 
@@ -179,3 +205,10 @@ class GpuTile(QWidget):
         painter.setClipRect(area)
         fill_known_runs(painter, px, py, area.bottom(), fill)
         painter.restore()
+
+
+def strip_width(tiles: Iterable[GpuTile], least_px: int, most_px: int, extra_px: int) -> int:
+    """The overview strip's width: its widest tile's whole text (``extra_px``: the
+    strip's own margins and scroll bar), between ``least_px`` and ``most_px``."""
+    need = max((t.sizeHint().width() for t in tiles), default=0) + extra_px
+    return max(least_px, min(most_px, need))

@@ -38,7 +38,7 @@ from app.core.monitor.hosts import LOCAL, HostView
 from app.core.monitor.plot_data import device_series
 from app.core.monitor.samples import GpuSample
 from app.ui.gpu.panel import MIN_HEIGHT, GpuPanel
-from app.ui.gpu.tile import GpuTile
+from app.ui.gpu.tile import GpuTile, strip_width
 from app.ui.style.hosts import stale, state_text
 from app.ui.window.host_header import HostHeader
 from app.ui.window.texts import display_order
@@ -295,9 +295,19 @@ class GpuArea(QWidget):
                 tile.set_selected(did == self.selected)
                 lay.addWidget(tile)
         lay.addStretch(1)
+        self._fit_strip()
+
+    def _fit_strip(self) -> None:
+        """The strip as wide as its tiles' whole names need, within 28 % of the area."""
+        extra = (self.tiles_layout.contentsMargins().right()
+                 + self.tile_scroll.verticalScrollBar().sizeHint().width())
+        self.tile_scroll.setFixedWidth(strip_width(
+            self.tiles.values(), TILE_STRIP_WIDTH, self.width() * 28 // 100, extra))
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
+        if self.arrangement == "overview":
+            self._fit_strip()
         if self.tiles and self.wanted_arrangement() != (self.arrangement, self.columns):
             # Later, once: a resize inside a layout pass must not re-enter it.
             QTimer.singleShot(0, self.arrange)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor
 
-from app.ui.gpu.tile import GpuTile
+from app.ui.gpu.panel import GpuPanel
+from app.ui.gpu.tile import GpuTile, strip_width
 from app.ui.style import palette as pal
 from tests.unit.ui.window.host_snapshots import gpu
 
@@ -36,3 +37,55 @@ def test_a_stale_tile_keeps_its_figures_greyed_and_says_since_when(qtbot):
     assert warn in colours(tile)  # the "disconnected since" text
     tile.set_stale(None)
     assert tile.stale_text is None and "disconnected" not in tile.toolTip()
+
+
+# -- the name: whole when there is room ------------------------------------------------------
+
+LONG = "NVIDIA GeForce RTX 4090 Laptop GPU (demo)"
+
+
+def test_the_name_shows_whole_at_the_width_the_tile_asks_for_and_elides_below(qtbot):
+    tile = GpuTile("0")
+    qtbot.addWidget(tile)
+    tile.set_sample(gpu(0, name=LONG))
+    name = LONG.removeprefix("NVIDIA ")
+    hint = tile.sizeHint().width()
+    assert hint > 220  # a long name asks for more than the smallest tile
+    tile.resize(hint, 74)
+    assert tile.shown_name() == name
+    tile.resize(hint - 30, 74)
+    shown = tile.shown_name()
+    assert shown != name and shown.endswith("…") and name.startswith(shown[:-1])
+    short = GpuTile("1")
+    qtbot.addWidget(short)
+    short.set_sample(gpu(1, name="NVIDIA A10"))
+    assert short.sizeHint().width() == 220  # no smaller than the default
+    short.resize(220, 74)
+    assert short.shown_name() == "A10"
+
+
+def test_the_strip_is_as_wide_as_its_widest_name_within_bounds(qtbot):
+    tiles = []
+    for i, name in enumerate(("NVIDIA A10", LONG)):
+        tile = GpuTile(str(i))
+        qtbot.addWidget(tile)
+        tile.set_sample(gpu(i, name=name))
+        tiles.append(tile)
+    widest = max(t.sizeHint().width() for t in tiles)
+    assert strip_width(tiles, 232, 1000, 18) == widest + 18
+    assert strip_width(tiles, 232, 260, 18) == 260  # the area is short: the most it may take
+    assert strip_width(tiles[:1], 232, 1000, 0) == 232  # short names: the default
+
+
+def test_the_overview_strip_shows_every_name_whole_on_a_wide_window(qtbot):
+    from app.ui.window.gpu_area import GpuArea
+
+    area = GpuArea(lambda did: GpuPanel(did))
+    qtbot.addWidget(area)
+    area.resize(1900, 300)  # too short for the panels: the overview
+    area.show()
+    qtbot.waitExposed(area)
+    area.update_gpus([gpu(i, name=LONG) for i in range(4)])
+    qtbot.waitUntil(lambda: area.arrangement == "overview")
+    qtbot.waitUntil(lambda: all(t.width() >= t.sizeHint().width() for t in area.tiles.values()))
+    assert all(t.shown_name() == LONG.removeprefix("NVIDIA ") for t in area.tiles.values())
