@@ -30,10 +30,9 @@ def run_quiet(*argv: str):
 @pytest.fixture(scope="module")
 def story():
     """Each command's JSON, each run as its own command (a replay of its own)."""
-    run = run_quiet
-    return {"status": run("status", "--demo"), "agents": run("agents", "--demo"),
-            "models": run("models", "--demo"), "doctor": run("doctor", "--demo"),
-            "oom": run("doctor", "--oom", "--demo")}
+    return {"status": run_quiet("status", "--demo"), "agents": run_quiet("agents", "--demo"),
+            "models": run_quiet("models", "--demo"), "doctor": run_quiet("doctor", "--demo"),
+            "oom": run_quiet("doctor", "--oom", "--demo")}
 
 
 def status_processes(status):
