@@ -171,6 +171,38 @@ class StoredHistorySettings:
         return Retention(self.fine_min * 60.0, self.coarse_days * 86400.0)
 
 
+#: Coordinates beyond this are no desktop's (a file edited by hand): the default.
+_COORD_MAX = 1 << 16
+
+
+@dataclass
+class WindowPlacement:
+    """Where the main window was when the app last left it: its frame's top-left
+    corner and its inner size in device-independent pixels, and whether it was
+    maximised.  ``width`` 0: never placed (the first start fits the screen)."""
+
+    x: int = 0
+    y: int = 0
+    width: int = 0
+    height: int = 0
+    maximised: bool = False
+
+    def normalised(self) -> WindowPlacement:
+        def coord(v: Any) -> int:
+            return int(_num(v, 0, -_COORD_MAX, _COORD_MAX))
+
+        width, height = int(_num(self.width, 0, 0, _COORD_MAX)), int(
+            _num(self.height, 0, 0, _COORD_MAX))
+        if width < 200 or height < 150:  # unplaced, or too small to be a real window
+            return WindowPlacement()
+        return WindowPlacement(coord(self.x), coord(self.y), width, height,
+                               _flag(self.maximised, False))
+
+    @property
+    def placed(self) -> bool:
+        return self.width > 0 and self.height > 0
+
+
 def _group(name: str, kind: type, raw: Any, failed: list[str]) -> Any:
     """``kind`` from the keys of ``raw`` it knows, normalised; a key whose value
     cannot be read at all (normalising it raises) keeps its default and is
@@ -213,6 +245,8 @@ class UiSettings:
     activity_rows: int = 500
     #: The remote hosts the window watches ("Hosts…"), in the order shown.
     hosts: tuple[HostConfig, ...] = ()
+    #: The window's last size, position and maximised state (restored at start).
+    window: WindowPlacement = field(default_factory=WindowPlacement)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -263,6 +297,7 @@ class UiSettings:
             activity_rows=value("activity_rows",
                                 lambda v: int(_num(v, d.activity_rows, 50, 100000))),
             hosts=value("hosts", _hosts),
+            window=_group("window", WindowPlacement, data.get("window"), failed),
         )
         return settings, failed
 
@@ -287,6 +322,6 @@ def _hosts(value: Any) -> tuple[HostConfig, ...]:
 
 
 __all__ = ["AlertSettings", "AutoUnloadSettings", "GpuAlertLevels", "StoredHistorySettings",
-           "UiSettings", "THEMES",
+           "UiSettings", "WindowPlacement", "THEMES",
            "HISTORY_CHOICES_S", "IDLE_TIMER_MAX_MIN", "IDLE_TIMER_MIN_MIN", "PERIOD_MIN_S",
            "PERIOD_MAX_S"]

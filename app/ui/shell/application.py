@@ -230,19 +230,33 @@ def _quit_on_termination(qt_app: QApplication, quit_app: Callable[[], None]) -> 
     (Ctrl+C in a terminal) and SIGHUP (the terminal closed) end the app the
     way the tray's Quit does (``quit_app``: not a window close, which a tray
     turns into "hide"): the sampler stops, the history is flushed and NVML
-    shuts down cleanly.  Python runs signal handlers only when it holds the
-    interpreter, so a slow timer hands it control while Qt waits for events."""
+    shuts down cleanly.  Python runs a signal's handler only once it holds
+    the interpreter again: the signal's byte on a socket Qt watches wakes the
+    event loop at once, and an idle app is never woken for nothing."""
     import signal
+    import socket
 
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QSocketNotifier, QTimer
 
+    reader, writer = socket.socketpair()
+    for end in (reader, writer):
+        end.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+    def drain() -> None:
+        try:
+            while reader.recv(64):
+                pass
+        except OSError:
+            pass
+
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, qt_app)
+    notifier.activated.connect(drain)
+    qt_app._signal_wakeup = (reader, writer, notifier)  # type: ignore[attr-defined]
     for name in ("SIGTERM", "SIGINT", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None:
             signal.signal(sig, lambda _signum, _frame: QTimer.singleShot(0, quit_app))
-    timer = QTimer(qt_app)
-    timer.timeout.connect(lambda: None)
-    timer.start(500)
 
 
 def _desktop_shell(qt_app: QApplication, window: MainWindow, sampler: Sampler,

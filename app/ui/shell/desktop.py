@@ -47,6 +47,7 @@ from app.ui.shell.controller import ControllerAdapter
 from app.ui.shell.hosts_shell import HostsShell
 from app.ui.shell.notifier import Channel, Notifier, PlatformAnswers, choose_channel, probe_platform
 from app.ui.shell.tray import TrayController, gpu_line
+from app.ui.shell.window_placement import place, remember, show_placed
 from app.ui.style.hosts import gpu_text
 from app.ui.window.main_window import MainWindow
 
@@ -166,10 +167,11 @@ class DesktopShell(QObject):
             self._tray_poll.start()
             self._hint_no_tray()
         if minimised or self.settings.start_minimised:
+            place(self.window, self.settings.window)  # where "Show window" brings it
             if self.tray is None:
                 self.window.showMinimized()
         else:
-            self.window.show()
+            show_placed(self.window, self.settings.window)
 
     def set_platform(self, answers: PlatformAnswers) -> None:
         """Take the platform's answers: tray or not, and where notifications go."""
@@ -388,6 +390,7 @@ class DesktopShell(QObject):
 
     def quit(self) -> None:
         self.quitting = True
+        self.remember_window()
         if self.tray is not None:
             self.tray.hide()
         self.window.close()
@@ -398,6 +401,7 @@ class DesktopShell(QObject):
         if obj is self.window and event.type() == QEvent.Type.Close and not self.quitting:
             if self.tray is not None and self.tray.icon.isVisible() and self.settings.close_to_tray:
                 event.ignore()
+                self.remember_window()
                 self.window.hide()
                 if not self.settings.close_hint_shown:
                     self.tray.message(f"{APP_NAME} is still running",
@@ -407,8 +411,16 @@ class DesktopShell(QObject):
                     self.save()
                 return True
             self.quitting = True
+            self.remember_window()
             QTimer.singleShot(0, self.app.quit)
         return False
+
+    def remember_window(self) -> None:
+        """Keep the window's size, position and maximised state for the next start."""
+        placement = remember(self.window, self.settings.window)
+        if placement != self.settings.window:
+            self.settings.window = placement
+            self.save()
 
     # -- settings -------------------------------------------------------------------------
     def gpu_entries(self) -> list[GpuEntry]:
