@@ -186,11 +186,13 @@ class Collector:
         return self._error_snapshot(reason, started)
 
     def _error_snapshot(self, reason: str, started: float) -> Snapshot:
-        # New events wait for the next good snapshot: the views show the error alone.
+        # Agents and model servers answer without NVML: their reports, and the
+        # events of unloads and reloads asked of them, still reach the views.
         snapshot = Snapshot(self._wall(), self._mono(), self.source.name,
                             self._driver_version, (), reason, time.perf_counter() - started,
                             self._agent_reports())
-        snapshot = self._with_servers(snapshot)  # servers answer without NVML too
+        snapshot = self._with_servers(snapshot)
+        snapshot = self.events.attach(snapshot)
         # OOM captures still arrive (agents answer without NVML); diagnoses stay as they were.
         return self.doctor.observe(snapshot) if self.doctor is not None else snapshot
 

@@ -31,6 +31,7 @@ from app.ui.gpu.unattributed import row_shown
 from app.ui.style import palette as pal
 from app.ui.style.hosts import stale, state_text
 from app.ui.style.text import plain_tip
+from app.ui.window.agent_rows import agent_only_rows
 from app.ui.window.process_rows import (
     AGENT_ROLE,
     COL_AGENT,
@@ -336,6 +337,10 @@ def _host_rows(fresh: dict[RowKey, ProcessRow | UnattributedRow], snapshot: Snap
                 if report is not None:
                     row.agent = report
                     row.device = report.device_for_gpu(gpu.index, gpu.uuid)
+            fresh[row.key] = row
+    if agents and not snapshot.gpus:  # no driver: the agents still say what they hold
+        for row in agent_only_rows(agents, set(), rank, host,
+                                   None if view is None else view.user, now, late, late_tip):
             fresh[row.key] = row
 
 

@@ -41,6 +41,10 @@ def summary_texts(snapshot: Snapshot) -> tuple[str, str]:
     bad = len(live) - len(ok)
     if bad:
         parts.append(f"{bad} unavailable")
+    if not gpus and snapshot.agents and snapshot.error:  # no driver: what the agents say
+        n = len(snapshot.agents)
+        agents_text = f"{n} process{'es' if n != 1 else ''} with an agent"
+        return f"no GPU figures  ·  {agents_text}", agents_text
     return "  ·  ".join(parts), f"{nproc} on {gpus_text}"
 
 
