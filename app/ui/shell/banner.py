@@ -246,7 +246,9 @@ class AlertBanner(QWidget):
         left, _top, right, _bottom = self.PADDING
         widest = max((b.sizeHint().width() for b in self.buttons()), default=0)
         width = left + right + max(widest, 12 * self.body.fontMetrics().averageCharWidth())
-        return QSize(width, self.heightForWidth(width))
+        # The height the text needs at the width the banner has (not at its narrowest:
+        # a window's minimum would then grow by every line the narrowest width wraps).
+        return QSize(width, self.heightForWidth(max(width, self.width())))
 
     def _relayout(self) -> None:
         """The text or the buttons changed: a new height, parts moved."""
@@ -266,6 +268,8 @@ class AlertBanner(QWidget):
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
         self._arrange_parts()
+        if event.oldSize().width() != event.size().width():
+            self.updateGeometry()  # its minimum height follows its width
 
     # -- as an overlay ----------------------------------------------------------------------
     def overlay(self) -> bool:

@@ -103,12 +103,19 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         central_lay = QVBoxLayout(central)
         central_lay.setContentsMargins(0, 0, 0, 0)
         central_lay.setSpacing(0)
-        # Banners over the content (no layout): alerts no tray or notification server
-        # takes, one-time hints.
+        # Banners above the content, each taking the room its text needs (never
+        # covering a row): alerts no tray or notification server takes, one-time
+        # hints, folders refused as not private.
+        banners = QVBoxLayout()
+        banners.setContentsMargins(16, 0, 16, 0)
+        banners.setSpacing(0)
         self.alert_banner = AlertBanner(central)
         self.hint_banner = AlertBanner(central)
-        self.folder_banner = AlertBanner(central)  # folders refused as not private
+        self.folder_banner = AlertBanner(central)
         self.folder_banner.free_button.hide()
+        for banner in (self.folder_banner, self.alert_banner, self.hint_banner):
+            banners.addWidget(banner)
+        central_lay.addLayout(banners)
         self.stack = QStackedWidget(central)
         central_lay.addWidget(self.stack, 1)
         self.setCentralWidget(central)
@@ -274,18 +281,21 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.history.add(snapshot)
         self._latest = snapshot
         self._dirty = True
-        if snapshot.gpus or snapshot.hosts:
+        if snapshot.gpus or snapshot.hosts or snapshot.agents:
             self._arrivals.append(snapshot.monotonic)
         self._update_status(snapshot)
 
         local_down = bool(snapshot.error) and not snapshot.gpus
-        if local_down and not snapshot.hosts:
+        if local_down and not (snapshot.hosts or snapshot.agents):
             self.no_driver_view.set_reason(snapshot.error)
             self.stack.setCurrentWidget(self.no_driver_view)
             return
-        # Remote hosts' GPUs fill the page; this machine's problem is one line.
+        # Remote hosts' GPUs and this machine's agents fill the page; the driver's
+        # problem is one line above them.
         self.local_problem.show_problem(snapshot.error if local_down else None)
         self.stack.setCurrentWidget(self.monitor_page)
+        # Only agents (no driver, no hosts): no GPU to draw, the table takes the room.
+        self.gpu_area.setVisible(bool(snapshot.gpus or snapshot.hosts))
 
         agents = snapshot.agents
         feed_gpu_area(self.gpu_area, snapshot, self.controller)
