@@ -477,9 +477,11 @@ class DemoAgents(AgentDirectory):
             gpu = self.source.gpus[st.gpu]
             free = self.source.free_bytes[st.gpu] if len(self.source.free_bytes) > st.gpu \
                 else 0
+            # its instant on the demo's clock, as the snapshots are stamped (never
+            # rounded: the post-mortem reads the snapshot taken at or before it)
             when = self.source.wall(st.elapsed - (st.local - proc.oom_at_s))
             found = self._ooms[pid] = demo_diagnostics.oom_capture(
-                proc, st.gpu, self._gpu_uuid(st.gpu), round(when, 3), free,
+                proc, st.gpu, self._gpu_uuid(st.gpu), when, free,
                 gpu.memory_total, allocated, reserved)
         return found
 
