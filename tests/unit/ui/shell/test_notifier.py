@@ -199,22 +199,3 @@ def test_banners_follow_the_width_and_stack(page, qtbot):
     alert.retract()
     qtbot.wait(10)
     assert hint.geometry().bottom() + 1 == 500 - AlertBanner.MARGIN  # the one left moves down
-
-
-def test_main_window_banner_leaves_the_layout_alone(qtbot):
-    from app.core.monitor.history import History, HistoryConfig
-    from app.ui.settings.values import UiSettings
-    from app.ui.window.main_window import MainWindow
-
-    window = MainWindow(History(HistoryConfig()), settings=UiSettings())
-    qtbot.addWidget(window)
-    window.resize(1100, 800)
-    window.show()
-    qtbot.waitExposed(window)
-    before = window.stack.geometry()
-    window.alert_banner.show_message("GPU 0 at 93 % of its memory", "RTX 4090: …", "alert", "0")
-    window.hint_banner.show_message("No system tray", "…", kind="hint")
-    qtbot.wait(10)
-    assert window.stack.geometry() == before
-    assert window.alert_banner.isVisible() and window.hint_banner.isVisible()
-    assert window.hint_banner.geometry().bottom() < window.alert_banner.y()

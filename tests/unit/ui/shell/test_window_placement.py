@@ -85,7 +85,7 @@ def test_quit_keeps_the_size_and_position_and_the_next_start_restores_them(
         qapp, qtbot, tmp_path, monkeypatch):
     monkeypatch.setattr(qapp, "quit", lambda: None)
     available = QGuiApplication.primaryScreen().availableGeometry()
-    shell, window = _shell(qapp, tmp_path, UiSettings())
+    shell, window = _shell(qapp, tmp_path, UiSettings(no_tray_hint_shown=True))
     qtbot.addWidget(window)
     shell.start(answers=NO_TRAY)
     assert available.contains(window.geometry())  # the first start fits the screen
