@@ -311,8 +311,8 @@ class OomDialog(QDialog):
 
     def _color(self, pid: int, index: int) -> QColor:
         color = self._color_of(pid) if self._color_of is not None else None
-        return color if color is not None else QColor(pal.PROCESS_COLORS[index % len(
-            pal.PROCESS_COLORS)])
+        colors = pal.process_colors(self.palette())
+        return color if color is not None else QColor(colors[index % len(colors)])
 
     def _fill_holders(self) -> None:
         r = self.report

@@ -3,12 +3,15 @@
 * Levels (normal / warning / critical: blue, orange, vermillion from Okabe & Ito)
   are only for how full a GPU is and for errors.  No other family comes within
   30° of their hues.
-* Processes take a qualitative set of eight from the hues the levels leave free:
-  greens and teals, purples and pinks (no red, orange, yellow or blue).  Hue and
-  lightness both vary, so the colours on one panel stay apart under simulated
-  protanopia, deuteranopia and tritanopia (Machado 2009), and every entry keeps
-  at least 2.4:1 contrast on the light and on the dark plot background.
-  :class:`ProcessColors` gives a process one colour on every panel.
+* Processes take a qualitative set of eight per theme from the hues the levels
+  leave free: greens and teals, purples and pinks (no orange, yellow or blue, no
+  pure red).  On one panel every two of them, and each of them and each level
+  colour, are at least ΔE 20 apart (CIE76) for normal colour vision and under
+  simulated deuteranopia (Machado 2009), and at least ΔE2000 20 apart for normal
+  vision (see :mod:`app.ui.style.color_difference` and its test).  The light set
+  is darker and the dark set lighter, so both keep at least 3:1 contrast on their
+  plot background.  :class:`ProcessColors` gives a process one colour on every
+  panel, taken from the set of the theme in use.
 * The PyTorch memory breakdown is one indigo hue in a dark and a light step,
   with the cache (what "free cache" returns) hatched: shape, not hue, tells it
   apart, on either theme and for any colour vision.
@@ -21,23 +24,44 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from app.core.policies.thresholds import ALERT_AT
 
 # Ordered so that the first few, taken when a panel shows few processes, are the
-# furthest apart (from each other and from the greys) for every colour vision:
-# purple, olive green, lilac, green, magenta, sea green, pink, dark teal.
-PROCESS_COLORS: tuple[str, ...] = (
-    "#8447BD",
-    "#7A9E1A",
-    "#C98BEB",
-    "#2E8B3E",
-    "#D04BA8",
-    "#5CB885",
-    "#E889B8",
-    "#2E7470",
+# furthest apart (from each other and from the level colours) for every colour vision.
+# Found by a search that maximised the smallest CIEDE2000 distance, normal and
+# deuteranopic, under the rules above (hue bands, contrast, lightness and chroma
+# bounds), then checked by eye on both plot backgrounds.
+PROCESS_COLORS_LIGHT: tuple[str, ...] = (
+    "#FE5496",  # pink
+    "#006A5B",  # dark teal
+    "#A02542",  # raspberry
+    "#85308F",  # plum
+    "#AB82D3",  # lilac
+    "#24A09E",  # teal
+    "#5B7201",  # olive
+    "#48A559",  # green
 )
+# The same families, one by one, lighter: a process keeps its family when the theme
+# changes.
+PROCESS_COLORS_DARK: tuple[str, ...] = (
+    "#FF4679",  # pink
+    "#2D8F84",  # teal
+    "#FFB2C2",  # light pink
+    "#B65EB4",  # orchid
+    "#D2A8FE",  # lavender
+    "#17E1DD",  # cyan
+    "#00932C",  # green
+    "#6EDF72",  # light green
+)
+#: The light theme's set: where no palette says otherwise.
+PROCESS_COLORS = PROCESS_COLORS_LIGHT
+
+
+def process_colors(palette: QPalette) -> tuple[str, ...]:
+    """The process colours for a theme: the dark set on a dark palette."""
+    return PROCESS_COLORS_DARK if is_dark(palette) else PROCESS_COLORS_LIGHT
 
 # Gauge levels.  Blue (not green) for "normal" keeps normal/critical apart for
 # red-green colour blindness; orange and vermillion differ in luminance too.
@@ -99,8 +123,12 @@ class ProcessColors:
     highlighted process may repeat one while the others are dimmed).
     """
 
-    def __init__(self, colors: Sequence[str] = PROCESS_COLORS) -> None:
-        self._colors = tuple(QColor(c) for c in colors)
+    def __init__(self, colors: Sequence[str] | None = None) -> None:
+        """``colors``: a fixed set; None: the set of the application's theme, as it
+        is at each call (a process keeps its slot when the theme changes)."""
+        self._fixed = tuple(QColor(c) for c in colors) if colors is not None else None
+        self._themed = {dark: tuple(QColor(c) for c in cs) for dark, cs in (
+            (False, PROCESS_COLORS_LIGHT), (True, PROCESS_COLORS_DARK))}
         self._slot: dict[Hashable, int] = {}
         self._drawn: dict[Hashable, tuple[Hashable, ...]] = {}  # owner -> keys drawn
 
@@ -125,7 +153,14 @@ class ProcessColors:
                 slot = self._free_slot(key, taken)
                 self._slot[key] = slot
                 taken.add(slot)
-        return {k: QColor(self._colors[self._slot[k]]) for k in keys}
+        colors = self._colors()
+        return {k: QColor(colors[self._slot[k]]) for k in keys}
+
+    def _colors(self) -> tuple[QColor, ...]:
+        if self._fixed is not None:
+            return self._fixed
+        dark = QGuiApplication.instance() is not None and is_dark(QGuiApplication.palette())
+        return self._themed[dark]
 
     def _free_slot(self, key: Hashable, taken: set[int]) -> int:
         near = set(taken)  # colours of the keys that share a panel with ``key``
@@ -133,18 +168,21 @@ class ProcessColors:
             if key in drawn:
                 near.update(self._slot[k] for k in drawn if k in self._slot)
         used = set(self._slot.values())
-        n = len(self._colors)
+        n = len(self._themed[False]) if self._fixed is None else len(self._fixed)
         for pool in ([i for i in range(n) if i not in near and i not in used],
                      [i for i in range(n) if i not in near]):
             if pool:
                 return pool[0]
+        # Every colour is near: one on this panel's curves never repeats (while there
+        # are colours left), and of those the one least used on the key's other panels.
         counts = [0] * n
         for drawn in self._drawn.values():
             if key in drawn:
                 for k in drawn:
                     if k in self._slot:
                         counts[self._slot[k]] += 1
-        return min(range(n), key=counts.__getitem__)
+        here = [i for i in range(n) if i not in taken] or list(range(n))
+        return min(here, key=counts.__getitem__)
 
     def release(self, owner: Hashable) -> None:
         """``owner`` draws nothing any more (its panel closed)."""
@@ -154,7 +192,8 @@ class ProcessColors:
 
     def drawn_colors(self) -> dict[tuple[Hashable, Hashable], QColor]:
         """(owner, key) -> colour of every curve drawn now: the process table's swatches."""
-        return {(owner, key): QColor(self._colors[self._slot[key]])
+        colors = self._colors()
+        return {(owner, key): QColor(colors[self._slot[key]])
                 for owner, keys in self._drawn.items() for key in keys if key in self._slot}
 
     def color_of(self, key: Hashable, owner: Hashable | None = None) -> QColor | None:
@@ -164,7 +203,7 @@ class ProcessColors:
         slot = self._slot.get(key)
         if slot is None or (owner is not None and key not in self._drawn.get(owner, ())):
             return None
-        return QColor(self._colors[slot])
+        return QColor(self._colors()[slot])
 
 
 def blend(a: QColor, b: QColor, t: float) -> QColor:

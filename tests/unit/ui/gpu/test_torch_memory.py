@@ -19,7 +19,8 @@ def colors_in(image: QImage, x0: int, x1: int) -> set[str]:
 
 @pytest.mark.parametrize("theme", [light_palette, dark_palette])
 def test_segments_use_no_level_or_process_colour(theme):
-    taken = {QColor(c).name() for c in (*pal.LEVEL_COLORS.values(), *pal.PROCESS_COLORS)}
+    taken = {QColor(c).name() for c in (*pal.LEVEL_COLORS.values(),
+                                         *pal.process_colors(theme()))}
     names = {segment_color(s, theme()).name() for s in SEGMENTS}
     assert len(names) == len(SEGMENTS)
     assert not names & taken

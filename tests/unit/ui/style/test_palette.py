@@ -13,7 +13,7 @@ from app.ui.style.theme import dark_palette, light_palette
 LEVELS = [QColor(c) for c in pal.LEVEL_COLORS.values()]
 BREAKDOWN = [QColor(c) for c in (pal.BREAKDOWN_PARAMS, pal.BREAKDOWN_TENSORS,
                                  pal.BREAKDOWN_CACHE, pal.BREAKDOWN_CACHE_HATCH)]
-PROCESS = [QColor(c) for c in pal.PROCESS_COLORS]
+PROCESS = [QColor(c) for c in (*pal.PROCESS_COLORS_LIGHT, *pal.PROCESS_COLORS_DARK)]
 
 
 def hue_distance(a: QColor, b: QColor) -> float:
@@ -50,14 +50,12 @@ def test_breakdown_categories_are_apart_from_process_colours():
     assert cache.lightness() - tensors.lightness() > 30
 
 
-def test_enough_distinct_process_colours_for_one_panel():
-    assert len(set(pal.PROCESS_COLORS)) == len(pal.PROCESS_COLORS) >= TOP_N
-
-
 @pytest.mark.parametrize("theme", [light_palette, dark_palette])
-def test_process_colours_read_on_both_plot_backgrounds(theme):
+def test_enough_distinct_process_colours_for_one_panel_that_read_on_its_background(theme):
+    colors = [QColor(c) for c in pal.process_colors(theme())]
+    assert len({c.name() for c in colors}) == len(colors) >= TOP_N
     background = pal.background(theme())
-    assert min(contrast(c, background) for c in PROCESS) >= 2.4
+    assert min(contrast(c, background) for c in colors) >= 3.0
 
 
 @pytest.mark.parametrize("theme", [light_palette, dark_palette])
