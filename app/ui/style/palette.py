@@ -28,32 +28,32 @@ from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from app.core.policies.thresholds import ALERT_AT
 
-# Ordered so that the first few, taken when a panel shows few processes, are the
-# furthest apart (from each other and from the level colours) for every colour vision.
-# Found by a search that maximised the smallest CIEDE2000 distance, normal and
-# deuteranopic, under the rules above (hue bands, contrast, lightness and chroma
-# bounds), then checked by eye on both plot backgrounds.
+# Ordered so that the first few, taken when a panel shows few processes, are of
+# different families (pink, teal, purple, olive) and the furthest apart for every
+# colour vision.  Found by a search that maximised the smallest CIEDE2000 distance,
+# normal and deuteranopic, under the rules above (hue bands, contrast, lightness and
+# chroma bounds), then checked by eye on both plot backgrounds.
 PROCESS_COLORS_LIGHT: tuple[str, ...] = (
     "#FE5496",  # pink
     "#006A5B",  # dark teal
-    "#A02542",  # raspberry
     "#85308F",  # plum
+    "#5B7201",  # olive
     "#AB82D3",  # lilac
     "#24A09E",  # teal
-    "#5B7201",  # olive
     "#48A559",  # green
+    "#A02542",  # raspberry
 )
 # The same families, one by one, lighter: a process keeps its family when the theme
 # changes.
 PROCESS_COLORS_DARK: tuple[str, ...] = (
     "#FF4679",  # pink
     "#2D8F84",  # teal
-    "#FFB2C2",  # light pink
     "#B65EB4",  # orchid
+    "#00932C",  # green
     "#D2A8FE",  # lavender
     "#17E1DD",  # cyan
-    "#00932C",  # green
     "#6EDF72",  # light green
+    "#FFB2C2",  # light pink
 )
 #: The light theme's set: where no palette says otherwise.
 PROCESS_COLORS = PROCESS_COLORS_LIGHT
