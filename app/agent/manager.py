@@ -235,12 +235,8 @@ class Manager:
         ev = self.log.last.get(model_id)
         if did or (ev is not before and ev is not None and ev["action"] == "reload"):
             return dict(ev) if ev is not None else {}
-        seq = self.log.current_seq()
-        return {"seq": seq, "time": time.time(), "model": model_id,
-                "name": _fig.friendly_name(module), "action": "reload",
-                "state": _guard.RESIDENT, "target": None, "bytes_moved": 0,
-                "bytes_released": 0, "seconds": 0.0, "reason": "manual", "ok": True,
-                "error": None, "note": "already resident"}
+        # resident all along: nothing was reloaded, and the reply says so as a refusal
+        raise ActionError(protocol.REFUSED, protocol.not_offloaded(_guard.RESIDENT))
 
     def handle_pin(self, params: dict) -> dict:
         pinned = requests.pinned(params)

@@ -53,10 +53,6 @@ class ModelEvents:
         with self.lock:
             return [dict(e) for e in self.events]
 
-    def current_seq(self) -> int:
-        with self.lock:
-            return self.seq
-
     def reinit_after_fork(self) -> None:
         """A lock another thread held at fork time would stay held in the child."""
         self.lock = threading.Lock()

@@ -42,8 +42,10 @@ Methods (the allowlist; anything else is ``unknown_method``)
                     ...) leaving the model resident and usable; in a model server
                     that manages its own models (the report's ``managed_by``)
                     every unload, forced or not, is refused with ``managed``
-    ``reload``      ``{"model": "m1"}`` -> the model event once resident again
-                    (already resident: an unrecorded event with ``"note"``)
+    ``reload``      ``{"model": "m1"}`` -> the model event once resident again;
+                    a model that is resident already is refused with ``refused``
+                    and ``not_offloaded("resident")``'s words (an older agent
+                    answered an unrecorded event with ``"note": "already resident"``)
     ``pin``         ``{"model": "m1", "pinned": true}`` -> ``{"model", "pinned"}``;
                     pinned models are exempt from automatic unloading
     ``set_policy``  ``{"idle_unload_s": 600 | null}`` -> ``{"idle_unload_s"}``: the
@@ -127,6 +129,12 @@ IDLE_UNLOAD_MAX_S = 30 * 86400.0
 #: model reloaded less than this long ago (a model's ``reloaded_at``): what was
 #: just brought back is wanted, and unloading it again would only thrash.
 RELOAD_GRACE_S = 60.0
+
+
+def not_offloaded(state: str) -> str:
+    """Why a reload of a model in ``state`` is refused: the agent's, the demo's
+    and the app's one wording ("not offloaded (it is resident)")."""
+    return "not offloaded (it is %s)" % state
 
 
 def idle_unload_problem(value: Any) -> str | None:

@@ -311,7 +311,7 @@ class FakeAgent:
                                 params.get("reason", "manual"))
         else:
             if model["state"] != "offloaded":
-                return protocol.error(rid, protocol.REFUSED, f"not offloaded ({model['state']})")
+                return protocol.error(rid, protocol.REFUSED, protocol.not_offloaded(model["state"]))
             if self.action_delay_s:
                 time.sleep(self.action_delay_s)
             target = model["offloaded_to"]

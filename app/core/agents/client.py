@@ -163,8 +163,16 @@ def _action_error(pid: int, model: str, exc: Exception, timeout_s: float) -> Mod
     return ModelActionResult(pid, model, False, error=str(exc), code=UNAVAILABLE)
 
 
+#: What an older agent answered a reload of a resident model (now a refusal).
+_ALREADY_RESIDENT = "already resident"
+
+
 def model_event_result(pid: int, model: str, data: dict[str, Any]) -> ModelActionResult:
-    """An unload/reload reply (the model event) as a ModelActionResult."""
+    """An unload/reload reply (the model event) as a ModelActionResult; an older
+    agent's "already resident" reload reads as today's refusal, in its words."""
+    if data.get("note") == _ALREADY_RESIDENT:
+        return ModelActionResult(pid, model, False, code=protocol.REFUSED,
+                                 error=protocol.not_offloaded("resident"))
     event = ModelEvent.from_json(data)
     if event is None:
         return ModelActionResult(pid, model, data.get("ok") is not False,

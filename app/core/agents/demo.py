@@ -237,7 +237,7 @@ class DemoAgents(AgentDirectory):
             proc, st, i = found
             if proc.models[i].state != "offloaded":
                 return ModelActionResult(pid, model, False, code=protocol.REFUSED,
-                                         error=f"not offloaded (it is {proc.models[i].state})")
+                                         error=protocol.not_offloaded(proc.models[i].state))
             event = self._reload(proc, i, "manual")
             self._settle()
         return ModelActionResult(pid, model, True, event=event)

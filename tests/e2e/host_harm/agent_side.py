@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.agent import protocol
 from app.core.agents import client as agent_client
 from app.core.agents import connection as agent_connection
 from app.core.agents import registry as agent_registry
@@ -205,5 +206,7 @@ class AgentSide:
         if reload:
             back = agent_client.reload(entry, found.id,
                                        timeout_s=_within(ACTION_TIMEOUT_S, deadline))
-            out.reload = "ok" if back.ok else f"{back.code}: {back.error}"
+            # resident already: the program's own call brought it back first
+            again = back.code == "refused" and back.error == protocol.not_offloaded("resident")
+            out.reload = "ok" if back.ok or again else f"{back.code}: {back.error}"
         return out

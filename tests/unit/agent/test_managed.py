@@ -169,6 +169,9 @@ def test_reload_is_untouched(env, tmp_path, monkeypatch, fresh):
     assert env.tracker.guard(model).state == "offloaded"
     assert env.manager.handle_reload({"model": mid})["state"] == "resident"
     assert torch.equal(model(x), out)
-    # resident: a reload answers as ever, an unload is refused
-    assert env.manager.handle_reload({"model": mid})["note"] == "already resident"
+    # resident: a reload is refused as anywhere (nothing to reload), an unload as managed
+    with pytest.raises(ActionError) as refused:
+        env.manager.handle_reload({"model": mid})
+    assert refused.value.code == protocol.REFUSED
+    assert str(refused.value) == "not offloaded (it is resident)"
     expect_managed(env.manager.handle_unload, {"model": mid, "to": "disk"})

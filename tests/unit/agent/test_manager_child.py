@@ -155,5 +155,5 @@ def test_protocol_errors_pin_policy_and_events(child):
     assert pushed == ev
     rel = c.call("reload", {"model": small["id"]})["result"]
     assert rel["action"] == "reload" and rel["state"] == "resident" and rel["reason"] == "manual"
-    again = c.call("reload", {"model": small["id"]})["result"]
-    assert again.get("note") == "already resident"
+    again = c.call("reload", {"model": small["id"]})["error"]  # resident: nothing to reload
+    assert again == {"code": "refused", "message": "not offloaded (it is resident)"}
