@@ -32,7 +32,7 @@ from app.cli import (
     servers,
     status,
 )
-from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, new_command
+from app.cli.common import EXIT_NO_SOURCE, EXIT_OK, CommandParser, new_command
 from app.cli.demo_option import DemoAction, attach_scenarios
 from app.cli.remote import REMOTE_COMMANDS, add_remote_options
 
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(demo_size=None)
     parser.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)
     gui.add_options(parser)
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
     status.register(sub, common)
     run.register(sub)
     agent_env.register(sub)

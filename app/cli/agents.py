@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from app import APP_NAME
-from app.cli.common import EXIT_FAILED, EXIT_NO_AGENT, EXIT_OK, gather, print_json
+from app.cli.common import EXIT_FAILED, EXIT_NO_AGENT, EXIT_OK, gather, print_json, say
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
@@ -33,9 +33,10 @@ def _agents_table(records: list[dict[str, Any]]) -> str:
              f"{'CACHE':>10} {'MODELS':>6}  COMMAND"]
     for r in records:
         command = " ".join(r["argv"])[:60]
+        pid = NA if r["pid"] is None else r["pid"]
         torch = r["torch"] or r["torch_status"] or "?"
         if r["error"]:
-            lines.append(f"{r['pid']:>8}  {torch:<14} {'-':<4} {'error: ' + r['error']}"[:120])
+            lines.append(f"{pid:>8}  {torch:<14} {'-':<4} {'error: ' + r['error']}"[:120])
             continue
         devices = r["devices"] or [None]
         for i, d in enumerate(devices):
@@ -48,7 +49,7 @@ def _agents_table(records: list[dict[str, Any]]) -> str:
                 alloc, res = fmt_bytes(d["allocated"]), fmt_bytes(d["reserved"])
                 cache = fmt_bytes(None if d["reserved"] is None or d["allocated"] is None
                                  else max(0, d["reserved"] - d["allocated"]))
-            head = f"{r['pid']:>8}  {torch:<14}" if i == 0 else f"{'':>8}  {'':<14}"
+            head = f"{pid:>8}  {torch:<14}" if i == 0 else f"{'':>8}  {'':<14}"
             lines.append(f"{head} {dev:<4} {alloc:>10} {res:>10} {cache:>10} "
                          f"{len(r['models']) if i == 0 else '':>6}  {command if i == 0 else ''}")
         for m in r["models"]:
@@ -60,7 +61,7 @@ def _agents_table(records: list[dict[str, Any]]) -> str:
             size = fmt_bytes(m["param_bytes"])
             cls = (m["class"] or "?").rsplit(".", 1)[-1]
             lines.append(f"{'':>10}- {m['name']} ({cls}){group}: {params}, {size}, "
-                         f"{m['device']}, {m['dtype']}, {mode}")
+                         f"{m['device'] or NA}, {m['dtype'] or NA}, {mode}")
     return "\n".join(lines)
 
 
@@ -88,13 +89,12 @@ def cmd_free_cache(args: argparse.Namespace) -> int:
     results = gather(one, entries)
     if args.json:
         print_json([r.to_json() for r in results])
-    else:
-        for r in results:
-            if r.ok:
-                print(f"{r.pid}: freed {fmt_bytes(r.freed)} (reserved "
-                      f"{fmt_bytes(r.reserved_before)} -> {fmt_bytes(r.reserved_after)})")
-            else:
-                print(f"{r.pid}: failed: {r.error}")
+    for r in results:
+        if not r.ok:  # on stderr, --json or not
+            say(f"{r.pid}: free-cache failed: {r.error or 'no reason given'}", ok=False)
+        elif not args.json:
+            say(f"{r.pid}: freed {fmt_bytes(r.freed)} (reserved "
+                f"{fmt_bytes(r.reserved_before)} -> {fmt_bytes(r.reserved_after)})")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 

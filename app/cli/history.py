@@ -76,7 +76,7 @@ def history_table(records: list[dict[str, Any]]) -> str:
     for r in records:
         procs = ", ".join(f"{p['pid']} {fmt_bytes(p['gpu_memory'])}" for p in r["processes"])
         rows.append((time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["timestamp"])),
-                     NA if r["gpu_index"] is None else str(r["gpu_index"]), r["gpu_uuid"],
+                     NA if r["gpu_index"] is None else str(r["gpu_index"]), r["gpu_uuid"] or NA,
                      fmt_bytes(r["memory_used"]), fmt_bytes(r["memory_total"]), procs or "-"))
     widths = [max(len(str(row[c])) for row in (head, *rows)) for c in range(len(head) - 1)]
     lines = []

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from app import APP_NAME
-from app.cli.common import EXIT_FAILED, EXIT_NO_AGENT, EXIT_OK, print_json
+from app.cli.common import EXIT_FAILED, EXIT_NO_AGENT, EXIT_OK, print_json, say
 from app.cli.servers import managed_pids, server_model_records
 
 if TYPE_CHECKING:
@@ -111,8 +111,8 @@ def _models_table(records: list[dict[str, Any]]) -> str:
         mode = {True: "train", False: "eval"}.get(r["training"], "?")
         cls = (r["class"] or "?").rsplit(".", 1)[-1]
         lines.append(f"{r['pid']:>8}  {r['id'][:10]:<10} {r['name'][:20]:<20} {cls[:22]:<22} "
-                     f"{mode:<5} {state:<16} {str(r['device'])[:7]:<7} "
-                     f"{str(r['home_device'])[:7]:<7} {params:>8} {size:>10} "
+                     f"{mode:<5} {state:<16} {(r['device'] or NA)[:7]:<7} "
+                     f"{(r['home_device'] or NA)[:7]:<7} {params:>8} {size:>10} "
                      f"{fmt_duration(r['idle_s']):>11} "
                      f"{'yes' if r['pinned'] else '-':<4} {r['blocker'] or '-'}")
     return "\n".join(lines)
@@ -164,29 +164,29 @@ def _action_exit(ok: bool, code: str | None) -> int:
     return EXIT_NO_AGENT if code in _NOT_FOUND_CODES else EXIT_FAILED
 
 
-def _print_action(result: ModelActionResult, verb: str) -> None:
+def _action_text(result: ModelActionResult, verb: str) -> str:
+    """What an unload, reload or pin did, or why not, in one line (a refused
+    unload that ``--force`` could push through: and a second line saying so)."""
     from app.core.units import fmt_bytes
 
     ev = result.event
     who = f"{result.pid} {ev.name if ev else result.model}"
     if result.outcome is not None:  # a model server's unload, measured from NVML
-        print(f"{who}: {verb} {result.outcome}: {result.note}")
-        return
+        return f"{who}: {verb} {result.outcome}" + (f": {result.note}" if result.note else "")
     if not result.ok:
-        print(f"{who}: {verb} {'refused' if result.code in ('refused', 'managed') else 'failed'}: "
-              f"{result.error}" + (f" [{result.code}]" if result.code else "")
-              + _force_hint(result, verb))
-        return
+        how = "refused" if result.code in ("refused", "managed") else "failed"
+        return (f"{who}: {verb} {how}: {result.error or 'no reason given'}"
+                + (f" [{result.code}]" if result.code else "") + _force_hint(result, verb))
     if ev is None:
-        print(f"{who}: {verb} done")
-        return
-    where = {"unload": f"offloaded to {ev.target}", "reload": f"resident again (from {ev.target})"}
+        return f"{who}: {verb} done"
+    where = {"unload": "offloaded" + (f" to {ev.target}" if ev.target else ""),
+             "reload": "resident again" + (f" (from {ev.target})" if ev.target else "")}
     text = f"{who}: {where.get(ev.action, ev.state)}: moved {fmt_bytes(ev.bytes_moved)}"
     if ev.seconds is not None:
         text += f" in {ev.seconds:.2f} s"
     if ev.bytes_released is not None:
         text += f", released {fmt_bytes(ev.bytes_released)}"
-    print(text)
+    return text
 
 
 def _force_hint(result: ModelActionResult, verb: str) -> str:
@@ -201,10 +201,12 @@ def _force_hint(result: ModelActionResult, verb: str) -> str:
 
 
 def _report_action(args: argparse.Namespace, result: ModelActionResult, verb: str) -> int:
+    """The result: its line on stdout when done, on stderr when refused or failed
+    (``--json``: the JSON on stdout, and a refusal's line on stderr)."""
     if args.json:
         print_json(result.to_json())
-    else:
-        _print_action(result, verb)
+    if not args.json or not result.ok:
+        say(_action_text(result, verb), result.ok)
     return _action_exit(result.ok, result.code)
 
 
@@ -247,8 +249,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
     elif result.ok:
         print(f"{result.pid} {result.model}: "
               + ("pinned (exempt from automatic unloading)" if result.pinned else "unpinned"))
-    else:
-        _print_action(result, "pin")
+    if not result.ok:
+        say(_action_text(result, "pin"), ok=False)
     return _action_exit(result.ok, result.code)
 
 
@@ -282,9 +284,9 @@ def cmd_policy(args: argparse.Namespace) -> int:
         print(f"{args.pid}: " + ("idle unload off" if ttl is None else
                                  f"GPU models idle for {ttl:g} s are moved to host memory by the "
                                  "agent; models on the CPU stay where they are"))
-    else:
-        print(f"{args.pid}: policy failed: {result['error']}"
-              + (f" [{result['code']}]" if result.get("code") else ""))
+    if not result["ok"]:
+        say(f"{args.pid}: policy failed: {result.get('error') or 'no reason given'}"
+            + (f" [{result['code']}]" if result.get("code") else ""), ok=False)
     return _action_exit(result["ok"], result.get("code"))
 
 

@@ -64,9 +64,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(snapshot_to_json(snapshot))
     else:
         print(snapshot_to_table(snapshot))
-    if snapshot.error and not snapshot.gpus:
-        if not args.json:
-            print(f"{APP_NAME}: {snapshot.error}", file=sys.stderr)
+    if snapshot.error and not snapshot.gpus:  # --json or not: the JSON says it too
+        print(f"{APP_NAME}: {snapshot.error}", file=sys.stderr)
         return EXIT_NO_SOURCE
     return EXIT_OK
 

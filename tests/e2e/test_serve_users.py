@@ -127,7 +127,7 @@ def test_a_control_token_acts_on_its_own_users_processes_only(world):
                                    ("root", "root", world.ours, world.theirs)):
         refused = world.ask(who, "free-cache", "--pid", str(other.pid))
         assert refused.returncode == 1, refused
-        assert f"process {other.pid} is not {user}'s" in refused.stdout
+        assert f"process {other.pid} is not {user}'s" in refused.stderr and not refused.stdout
         refused = world.ask(who, "unload", "--pid", str(other.pid), "--model", "m1", "--json")
         assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "not_owned"
         assert "Traceback" not in refused.stderr
@@ -157,7 +157,7 @@ def test_a_read_only_token_reads_and_never_acts(world):
     assert done.returncode == 0 and json.loads(done.stdout)["gpus"], done.stderr
     for agent in (world.ours, world.theirs):
         refused = world.ask("read", "free-cache", "--pid", str(agent.pid))
-        assert refused.returncode == 1 and "this token has no control scope" in refused.stdout
+        assert refused.returncode == 1 and "this token has no control scope" in refused.stderr
         refused = world.ask("read", "reload", "--pid", str(agent.pid), "--model", "m1", "--json")
         assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "forbidden"
 
@@ -184,8 +184,8 @@ def test_without_a_token_file_a_loopback_server_reads_and_refuses_actions(world)
         assert {r["pid"] for r in json.loads(listed.stdout)} == {world.ours.pid, world.theirs.pid}
         refused = cli(world.host, "free-cache", "--pid", str(world.ours.pid), "--host", server.url)
         assert refused.returncode == 1, refused
-        assert refused.stdout.count("--token-file") == 1, refused.stdout  # said once
-        assert "free_cache needs a token with the control scope" in refused.stdout
+        assert refused.stderr.count("--token-file") == 1, refused.stderr  # said once
+        assert "free_cache needs a token with the control scope" in refused.stderr
         assert "tokens: " in server.errors()
     finally:
         server.stop()

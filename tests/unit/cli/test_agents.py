@@ -135,10 +135,14 @@ def test_free_cache_by_pid_all_and_exit_codes(capsys, agents):
     assert set(result) == FREE_KEYS
     assert result == {"pid": good.pid, "ok": True, "reserved_before": 4000,
                       "reserved_after": 1000, "freed": 3000, "error": None}
-    rc, out, _ = run_cli(capsys, "free-cache", "--all", "--json", "--timeout", "0.5")
-    assert rc == 1  # the hung one failed
+    rc, out, err = run_cli(capsys, "free-cache", "--all", "--json", "--timeout", "0.5")
+    assert rc == 1  # the hung one failed: in the JSON, and said on stderr
     by_pid = {r["pid"]: r for r in json.loads(out)}
     assert by_pid[good.pid]["ok"] and not by_pid[hung.pid]["ok"]
+    assert err.startswith(f"{hung.pid}: free-cache failed: ") and err.count("\n") == 1
+    rc, out, err = run_cli(capsys, "free-cache", "--all", "--timeout", "0.5")
+    assert rc == 1 and out.startswith(f"{good.pid}: freed ") and out.count("\n") == 1
+    assert err.startswith(f"{hung.pid}: free-cache failed: ") and err.count("\n") == 1
     rc, out, err = run_cli(capsys, "free-cache", "--pid", "1", "--json")
     assert rc == 2 and json.loads(out) == [] and "no agent" in err
     rc, out, _ = run_cli(capsys, "free-cache", "--pid", str(good.pid))

@@ -81,23 +81,24 @@ def test_unload_reload_demo_and_exit_codes(capsys):
     rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", "m1")
     assert rc == 0 and out.startswith(f"{NB} pipe.unet: resident again (from cpu): moved 1.6 GiB")
     # refused: exit 1, the agent's reason kept
-    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1",
-                         "--json")
-    data = json.loads(out)
-    assert rc == 1 and data["code"] == "refused"
+    refusal = (f"{TRAIN} m1: unload refused: training evidence: train mode [refused]\n"
+               "  --force unloads it anyway (it reloads on its next forward)\n")
+    rc, out, err = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1",
+                           "--json")
+    data = json.loads(out)  # --json: the JSON on stdout, the same exit and line on stderr
+    assert rc == 1 and data["code"] == "refused" and err == refusal
     assert data["error"] == "training evidence: train mode"
-    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1")
-    assert rc == 1 and out == (f"{TRAIN} m1: unload refused: training evidence: train mode "
-                               "[refused]\n  --force unloads it anyway (it reloads on its next "
-                               "forward)\n")
+    rc, out, err = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1")
+    assert rc == 1 and out == "" and err == refusal
     rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(TRAIN), "--model", "m1",
                          "--force")
     assert rc == 0 and "offloaded to cpu" in out
-    rc, out, _ = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", "m3")
-    assert rc == 1 and "refused" in out  # resident: nothing to reload
+    rc, out, err = run_cli(capsys, "reload", "--demo", "--pid", str(NB), "--model", "m3")
+    assert rc == 1 and out == ""  # resident: nothing to reload, in the agents' words
+    assert err == f"{NB} m3: reload refused: not offloaded (it is resident) [refused]\n"
     # no such model / agent: exit 2
-    rc, out, _ = run_cli(capsys, "unload", "--demo", "--pid", str(NB), "--model", "nope")
-    assert rc == 2 and "not_found" in out
+    rc, out, err = run_cli(capsys, "unload", "--demo", "--pid", str(NB), "--model", "nope")
+    assert rc == 2 and out == "" and "not_found" in err
     rc, out, err = run_cli(capsys, "reload", "--demo", "--pid", "1843", "--model", "x", "--json")
     assert rc == 2 and json.loads(out)["code"] == "not_found" and "no agent" in err
 
@@ -185,9 +186,9 @@ def test_unload_reload_pin_policy_of_a_real_agent(capsys, fake):
     assert {r["id"]: r["state"] for r in json.loads(out)} == {"m1": "resident", "m2": "offloaded"}
     rc, out, _ = run_cli(capsys, "reload", "--pid", pid, "--model", "m2")
     assert rc == 0 and "resident again (from disk)" in out
-    rc, out, _ = run_cli(capsys, "unload", "--pid", pid, "--model", "m1")
-    assert rc == 1 and "refused" in out and "training evidence: train mode" in out
-    assert "--force unloads it anyway" in out
+    rc, out, err = run_cli(capsys, "unload", "--pid", pid, "--model", "m1")
+    assert rc == 1 and out == "" and "refused" in err and "training evidence: train mode" in err
+    assert "--force unloads it anyway" in err
     rc, out, _ = run_cli(capsys, "unload", "--pid", pid, "--model", "m1", "--force", "--json")
     assert rc == 0 and json.loads(out)["ok"]
     rc, out, _ = run_cli(capsys, "reload", "--pid", pid, "--model", "zz", "--json")
