@@ -60,7 +60,10 @@ Methods (the allowlist; anything else is ``unknown_method``)
                     memory_viz opens it) and turned off after (``app.agent.recording``);
                     ``refused`` without CUDA or while the process records its own
                     history, ``busy`` while a recording runs; runs on a thread of its
-                    own (other actions are not held up)
+                    own (other actions are not held up).  Once the history is on,
+                    the requesting connection gets ``{"event": "record_started",
+                    "data": {"seconds", "max_entries"}}`` ahead of the reply, with
+                    no ``subscribe`` (an older agent sends none)
 
 The report also carries ``"managed_by"``: the model server the process runs, which
 loads and frees its own models ("ComfyUI", "Forge", "AUTOMATIC1111",
@@ -108,6 +111,8 @@ HEADER = struct.Struct(">I")
 METHODS = frozenset({"hello", "ping", "report", "free_cache", "gc", "subscribe", "auth",
                      "unload", "reload", "pin", "set_policy", "record"})
 EVENTS = frozenset({"oom", "alloc_retries", "models_changed", "model_state"})
+#: Sent to the connection whose ``record`` request turned the history on (no subscription).
+RECORD_STARTED = "record_started"
 
 BAD_REQUEST = "bad_request"
 UNKNOWN_METHOD = "unknown_method"

@@ -8,7 +8,9 @@ off, clears or reads a recording it did not start.  One recording at a time.
 
 Turns on ``torch.cuda.memory._record_memory_history(enabled="all",
 context="all", stacks="python", max_entries=N)`` (Python stacks only: C++
-unwinding costs the host far more), waits, takes ``_snapshot()`` once, writes
+unwinding costs the host far more), tells the requesting connection it is on
+(the ``record_started`` event: a client says "recording" only then), waits,
+takes ``_snapshot()`` once, writes
 it as ``_dump_snapshot`` would (a pickle of that dict, which PyTorch's
 memory_viz page opens) to ``<state dir>/recordings/<pid>-<time>.pickle``
 (mode 0600), and turns the history off in a ``finally``: also when the
@@ -30,6 +32,7 @@ from . import log as _log
 from . import paths, protocol
 from .errors import ActionError, BadParams
 from .introspect import cuda_initialized, loaded_torch
+from .server.dispatch import herald
 
 MIN_SECONDS, MAX_SECONDS = 1, 300
 MIN_ENTRIES, MAX_ENTRIES, DEFAULT_ENTRIES = 1000, 500_000, 100_000
@@ -175,6 +178,7 @@ class Recorder:
             except TypeError:  # a torch without clear_history
                 memory._record_memory_history(**options)
             started = time.monotonic()
+            herald(protocol.RECORD_STARTED, {"seconds": seconds, "max_entries": max_entries})
             self.cancel.wait(seconds)
             elapsed = time.monotonic() - started
             snapshot = memory._snapshot()

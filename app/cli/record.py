@@ -3,7 +3,10 @@
 The process's agent turns on PyTorch's allocation history (bounded), writes
 the snapshot file PyTorch's memory_viz page opens, turns the history off and
 answers with the top allocation sites; this prints the file and the table.
-Exit 0 when recorded, 1 when refused or failed, 2 when there is no agent.
+"recording for N s" comes on stderr once the agent has turned the recording
+on (an agent that does not say so, the demo's and a remote host's: the
+result alone).  Exit 0 when recorded, 1 when refused or failed (the reason on
+stderr), 2 when there is no agent.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app import APP_NAME
-from app.cli.common import EXIT_FAILED, EXIT_NO_AGENT, EXIT_OK, print_json
+from app.cli.common import EXIT_FAILED, EXIT_NO_AGENT, EXIT_OK, print_json, say
 
 if TYPE_CHECKING:
+    from app.core.agents.directory import AgentDirectory
     from app.core.agents.recording import RecordResult
+    from app.core.agents.types import AgentEntry
 
 MEMORY_VIZ_URL = "https://pytorch.org/memory_viz"
 MIN_SECONDS, MAX_SECONDS = 1, 300
@@ -67,23 +72,38 @@ def cmd_record(args: argparse.Namespace) -> int:
     from app.cli.directory import find_entry, open_directory
 
     directory = open_directory(args)
-    if find_entry(directory, args.pid) is None:
+    entry = find_entry(directory, args.pid)
+    if entry is None:
         if args.json:
             print(json.dumps({"pid": args.pid, "ok": False, "error": "no agent in that process",
                               "code": "not_found"}))
         print(f"{APP_NAME}: no agent in process {args.pid} (list them with `agents`)",
               file=sys.stderr)
         return EXIT_NO_AGENT
-    if not args.json:
-        print(f"{args.pid}: recording for {args.seconds:g} s ...", file=sys.stderr, flush=True)
-    result = directory.record(args.pid, args.seconds, args.max_entries, timeout_s=args.timeout)
+    result = _record(args, directory, entry)
     if args.json:
         print_json(result.to_json())
-    else:
-        print(result_text(result))
+    if not args.json or not result.ok:
+        say(result_text(result), result.ok)
     if result.ok:
         return EXIT_OK
     return EXIT_NO_AGENT if result.code == "not_found" else EXIT_FAILED
+
+
+def _record(args: argparse.Namespace, directory: AgentDirectory, entry: AgentEntry
+            ) -> RecordResult:
+    """The recording; a local agent's own connection says when it has started."""
+    from app.core.agents import client
+    from app.core.agents.hub import AgentHub
+
+    if not isinstance(directory, AgentHub):
+        return directory.record(args.pid, args.seconds, args.max_entries, timeout_s=args.timeout)
+
+    def started() -> None:
+        if not args.json:
+            print(f"{args.pid}: recording for {args.seconds:g} s…", file=sys.stderr, flush=True)
+
+    return client.record(entry, args.seconds, args.max_entries, args.timeout, on_started=started)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -231,11 +231,17 @@ class FakeAgent:
                         continue
                     for _ in range(self.events_before_reply):
                         conn.sendall(protocol.encode(protocol.event("oom", {"device": 0})))
+                    for early in self._heralds(method, params):
+                        conn.sendall(protocol.encode(early))
                     conn.sendall(protocol.encode(self._answer(rid, method, params)))
         except (OSError, protocol.ProtocolError):
             return
         finally:
             conn.close()
+
+    def _heralds(self, method: str, params: dict) -> list[dict]:
+        """Events this request's connection gets ahead of its reply (none here)."""
+        return []
 
     def _answer(self, rid: Any, method: str, params: dict) -> dict:
         if self.bad_result:

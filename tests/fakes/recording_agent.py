@@ -1,5 +1,7 @@
 """A ``FakeAgent`` that answers ``record`` as ``app.agent.recording`` does
-(``reply``: the result; ``error``: (code, message) instead; ``delay_s``)."""
+(``reply``: the result; ``error``: (code, message) instead; ``delay_s``): an
+accepted recording's connection first gets ``record_started`` (``heralds``
+False: an older agent, which sends none)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,14 @@ class RecordingAgent(FakeAgent):
         self.reply: dict[str, Any] = record_reply()
         self.error: tuple[str, str] | None = None
         self.record_delay_s = 0.0
+        self.heralds = True
+
+    def _heralds(self, method: str, params: dict) -> list[dict]:
+        if method != "record" or self.error is not None or not self.heralds:
+            return []
+        return [protocol.event(protocol.RECORD_STARTED,
+                               {"seconds": params.get("seconds"),
+                                "max_entries": params.get("max_entries", 100_000)})]
 
     def _answer(self, rid: Any, method: str, params: dict) -> dict:
         if method != "record":

@@ -4,7 +4,9 @@ the worker threads slow handlers run on.
 A handler runs on the loop (``False``), or on a worker thread of a lane:
 ``True`` is the ``"action"`` lane (free_cache, gc, unload, reload: one at a
 time), a string names a lane of its own (``"record"``: minutes long, so it
-never holds up an unload).  A second request for a busy lane gets ``busy``."""
+never holds up an unload).  A second request for a busy lane gets ``busy``.
+A handler on a worker may send its connection an event ahead of its reply
+(:func:`herald`: ``record_started``, once the recording is on)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,20 @@ from . import pacing
 from .connection import Conn
 
 THREAD_NAME = "vram-steward-agent"
+
+#: The running worker's way to its requesting connection (a thread per request).
+_worker = threading.local()
+
+
+def herald(name: str, data: dict[str, Any]) -> None:
+    """On a worker: the event ``name`` to the connection whose request it runs,
+    ahead of the reply; called anywhere else (a handler called directly), nothing."""
+    post = getattr(_worker, "post", None)
+    if post is not None:
+        try:
+            post(name, data)
+        except Exception:  # a courtesy: never the reason a request fails
+            _log.log_exc("sending %s failed" % name)
 
 
 class Dispatch:
@@ -148,7 +164,12 @@ class Dispatch:
         self._busy.add(lane)
         conn.on_worker = True
 
+        def post(name: str, data: dict[str, Any]) -> None:
+            self._completed.append((conn, protocol.event(name, data)))
+            self._wake()
+
         def work() -> None:
+            _worker.post = post
             try:
                 outcome = protocol.result(request_id, fn(params))
             except BadParams as exc:

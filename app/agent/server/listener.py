@@ -315,6 +315,10 @@ class Server(Dispatch, Fairness):
     def _deliver(self) -> None:
         while self._completed:
             conn, outcome = self._completed.popleft()
+            if "event" in outcome:  # a herald of a reply still being worked on
+                if not conn.closed:
+                    self._send(conn, outcome)
+                continue
             if held_back(outcome) and not conn.closed:
                 # still unevictable until its (late) reply is sent
                 self._later.add(time.monotonic() + REFUSAL_DELAY_S, "reply", conn, outcome)

@@ -11,6 +11,7 @@ agents one-shot (``AgentHub`` keeps connections open instead).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.agent import protocol
@@ -144,13 +145,13 @@ UNAVAILABLE = "unavailable"  # not a protocol code: the agent could not be reach
 TIMEOUT = "timeout"  # not a protocol code: no answer in time (the action may still finish)
 
 
-def _call_once(entry: AgentEntry, method: str, params: dict[str, Any],
-               timeout_s: float) -> dict[str, Any]:
+def _call_once(entry: AgentEntry, method: str, params: dict[str, Any], timeout_s: float,
+               on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """One request on a connection of its own (never a poller's): raises
     AgentUnavailable / AgentTimeout / AgentError."""
     deadline = time.monotonic() + timeout_s
     with AgentConnection(entry, min(timeout_s, 5.0)) as conn:
-        return conn.call(method, params, max(0.001, deadline - time.monotonic()))
+        return conn.call(method, params, max(0.001, deadline - time.monotonic()), on_event)
 
 
 def _action_error(pid: int, model: str, exc: Exception, timeout_s: float) -> ModelActionResult:
@@ -263,18 +264,26 @@ RECORD_MARGIN_S = 60.0
 
 
 def record(entry: AgentEntry, seconds: float, max_entries: int | None = None,
-           timeout_s: float | None = None) -> RecordResult:
+           timeout_s: float | None = None, on_started: Callable[[], None] | None = None
+           ) -> RecordResult:
     """Record the process's CUDA allocations for ``seconds`` (at most
     ``max_entries`` events; None: the agent's default); never raises.
     Blocks for about ``seconds``; ``timeout_s`` defaults to that plus
     ``RECORD_MARGIN_S``.  The agent turns recording off at its deadline even
-    if this call gives up first."""
+    if this call gives up first.  ``on_started`` is called once the agent has
+    turned the recording on (its ``record_started`` event; an older agent
+    sends none, and a refusal comes without it)."""
     params: dict[str, Any] = {"seconds": seconds}
     if max_entries is not None:
         params["max_entries"] = max_entries
     limit = seconds + RECORD_MARGIN_S if timeout_s is None else timeout_s
+
+    def on_event(message: dict[str, Any]) -> None:
+        if on_started is not None and message.get("event") == protocol.RECORD_STARTED:
+            on_started()
+
     try:
-        data = _call_once(entry, "record", params, limit)
+        data = _call_once(entry, "record", params, limit, on_event)
     except AgentError as exc:
         return RecordResult(entry.pid, False, error=exc.message or exc.code, code=exc.code)
     except AgentTimeout:

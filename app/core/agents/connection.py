@@ -16,6 +16,7 @@ import hmac
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.agent import protocol
@@ -96,13 +97,16 @@ class AgentConnection:
         return self._sock is None
 
     def call(self, method: str, params: dict[str, Any] | None = None,
-             timeout_s: float | None = None) -> dict[str, Any]:
+             timeout_s: float | None = None,
+             on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """The reply's result; ``on_event`` is given each event that comes while
+        waiting (``record_started``), else they are kept for :meth:`events`."""
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         self._next_id += 1
         request_id = self._next_id
         self._send(protocol.request(request_id, method, params), deadline)
         try:
-            reply = self._read_reply(request_id, deadline)
+            reply = self._read_reply(request_id, deadline, on_event)
         except AgentTimeout:
             self._timeouts += 1
             if self._timeouts >= MAX_PENDING_TIMEOUTS:
@@ -254,11 +258,16 @@ class AgentConnection:
                 raise self._fail(f"malformed data: {exc}", exc) from None
         return self._inbox.popleft()
 
-    def _read_reply(self, request_id: int, deadline: float) -> dict[str, Any]:
+    def _read_reply(self, request_id: int, deadline: float,
+                    on_event: Callable[[dict[str, Any]], None] | None = None
+                    ) -> dict[str, Any]:
         while True:
             message = self._recv_message(deadline)
             if "event" in message and "id" not in message:
-                self._events.append(message)
+                if on_event is not None:
+                    on_event(message)
+                else:
+                    self._events.append(message)
                 continue
             if message.get("id") != request_id:
                 continue  # a late reply to a request that timed out earlier

@@ -228,3 +228,26 @@ def test_the_apps_client_reads_the_result(fake, agent):
     while (fake.history_enabled or len(fake.history_calls) < 4) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fake.history_enabled is False and fake.history_calls[-1]["enabled"] is None
+
+
+def test_the_connection_hears_record_started_once_the_history_is_on(fake, agent):
+    live, rt = agent
+    c = Client(live.server.address)
+    c.send_raw(protocol.encode(protocol.request(7, "record", {"seconds": 1,
+                                                              "max_entries": 2000})))
+    herald = c.recv()
+    assert herald == {"event": "record_started", "data": {"seconds": 1.0, "max_entries": 2000}}
+    assert fake.history_enabled is True  # said once it was on, not before
+    reply = c.recv()
+    assert reply["id"] == 7 and reply["result"]["entries"] == 9
+    c.close()
+    # the app's client: told once it started; a refusal comes without it
+    [entry] = [e for e in agent_registry.read_registry(rt) if e.pid == os.getpid()]
+    started: list[bool] = []
+    result = agent_client.record(entry, 1, on_started=lambda: started.append(
+        fake.history_enabled))
+    assert result.ok and started == [True]
+    fake.history_enabled = True  # the process records its own history: refused
+    started.clear()
+    refused = agent_client.record(entry, 1, on_started=lambda: started.append(True))
+    assert not refused.ok and refused.code == "refused" and started == []

@@ -54,7 +54,17 @@ def test_record_prints_the_file_and_the_top_sites(capsys, agent):
                                          "train.py:42", "in", "step"]
     assert lines[header + 2].split() == ["700", "MiB", "4.0", "K", "0", "B",
                                          "model.py:88", "in", "forward"]
-    assert "recording for 5 s" in err
+    assert err == f"{agent.pid}: recording for 5 s…\n"  # the agent said it had started
+
+
+def test_recording_is_said_only_once_the_agent_has_started_it(capsys, agent):
+    agent.heralds = False  # an older agent: it never says so, the result alone is told
+    rc, out, err = run_cli(capsys, "record", "--pid", str(agent.pid), "--seconds", "5")
+    assert rc == 0 and "recorded 48.2 K allocation events" in out and err == ""
+    agent.heralds = True
+    rc, out, err = run_cli(capsys, "record", "--pid", str(agent.pid), "--seconds", "5",
+                           "--json")
+    assert rc == 0 and json.loads(out)["ok"] and err == ""  # --json: only the JSON
 
 
 def test_record_json(capsys, agent):
@@ -75,16 +85,17 @@ def test_truncated_is_said_in_words(capsys, agent):
 
 
 @pytest.mark.parametrize("code", ["refused", "busy", "failed"])
-def test_refused_or_failed_exits_1(capsys, agent, code):
+def test_refused_or_failed_exits_1_on_stderr_and_never_says_recording(capsys, agent, code):
     agent.error = (code, "CUDA only: this process has not initialised CUDA")
-    rc, out, _ = run_cli(capsys, "record", "--pid", str(agent.pid), "--seconds", "1")
-    assert rc == 1
+    rc, out, err = run_cli(capsys, "record", "--pid", str(agent.pid), "--seconds", "1")
+    assert rc == 1 and out == ""
     verb = "refused" if code == "refused" else "failed"
-    assert out.strip() == (f"{agent.pid}: record {verb}: CUDA only: this process has not "
-                           f"initialised CUDA [{code}]")
-    rc, out, _ = run_cli(capsys, "record", "--pid", str(agent.pid), "--seconds", "1", "--json")
+    line = (f"{agent.pid}: record {verb}: CUDA only: this process has not initialised CUDA "
+            f"[{code}]\n")
+    assert err == line
+    rc, out, err = run_cli(capsys, "record", "--pid", str(agent.pid), "--seconds", "1", "--json")
     data = json.loads(out)
-    assert rc == 1 and data["ok"] is False and data["code"] == code
+    assert rc == 1 and data["ok"] is False and data["code"] == code and err == line
 
 
 def test_no_agent_exits_2(capsys, agent):
