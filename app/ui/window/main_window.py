@@ -289,6 +289,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         if local_down and not (snapshot.hosts or snapshot.agents):
             self.no_driver_view.set_reason(snapshot.error)
             self.stack.setCurrentWidget(self.no_driver_view)
+            self._take_events(snapshot)  # the last ones the agents or the policy sent
             return
         # Remote hosts' GPUs and this machine's agents fill the page; the driver's
         # problem is one line above them.
@@ -308,14 +309,18 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
             self.details_button.setVisible(True)
         self._update_details_button()
         self._measure(snapshot)  # the controller measures finished actions
-        if snapshot.model_events:
-            self._on_model_events(snapshot.model_events)
-        for update in snapshot.policy_decisions:
-            self._on_policy_decision(update)
+        self._take_events(snapshot)
         self._show_measured_models()
         self._on_diagnoses(snapshot)
         if self.details is not None and self.details.isVisible():
             self._update_details(snapshot)  # with its host's busy set
+
+    def _take_events(self, snapshot: Snapshot) -> None:
+        """Model events and policy decisions, each handed out once: shown and logged."""
+        if snapshot.model_events:
+            self._on_model_events(snapshot.model_events)
+        for update in snapshot.policy_decisions:
+            self._on_policy_decision(update)
 
     @Slot()
     def refresh(self, force: bool = False) -> None:
