@@ -58,6 +58,11 @@ from app.ui.window.process_rows import (
 
 #: Above this many changed cells in one update, one signal for all of them.
 MAX_CELL_SIGNALS = 96
+_NO_FLAGS = Qt.ItemFlag.NoItemFlags
+#: A table model's cell (QAbstractTableModel's flags), and one that cannot be selected.
+_ROW_FLAGS = (Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled
+              | Qt.ItemFlag.ItemNeverHasChildren)
+_SHOWN_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemNeverHasChildren
 
 
 class ProcessTableModel(QAbstractTableModel):
@@ -80,6 +85,8 @@ class ProcessTableModel(QAbstractTableModel):
         self._colors: dict[Hashable, QColor] = {}
         #: The font of unattributed rows (the view sets its own font, in italics).
         self.unattributed_font = italic(QGuiApplication.font())
+        #: Signal changes of rows never painted too (a filtering proxy reads them).
+        self.every_change = False
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
         """Sort now, held or not: the user asked for this order."""
@@ -175,13 +182,14 @@ class ProcessTableModel(QAbstractTableModel):
         return None
 
     def flags(self, index: QModelIndex) -> Qt.ItemFlag:
-        flags = super().flags(index)
-        if index.isValid():
-            row = self._rows[index.row()]
-            # Not a process, or one that has ended: nothing to act on.
-            if isinstance(row, UnattributedRow) or (self._ended and row.key in self._ended):
-                flags &= ~Qt.ItemFlag.ItemIsSelectable
-        return flags
+        # Asked for every painted cell: the two answers are made once.
+        if not index.isValid():
+            return _NO_FLAGS
+        row = self._rows[index.row()]
+        # Not a process, or one that has ended: nothing to act on.
+        if row.proc is None or (self._ended and row.key in self._ended):
+            return _SHOWN_FLAGS
+        return _ROW_FLAGS
 
     def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
@@ -226,6 +234,19 @@ class ProcessTableModel(QAbstractTableModel):
     def row_for(self, key: RowKey) -> int | None:
         return self._index.get(key)
 
+    def row_at(self, row: int) -> ProcessRow | UnattributedRow:
+        """The row object at model row ``row`` (what the delegate paints)."""
+        return self._rows[row]
+
+    def has_ended(self, row: ProcessRow | UnattributedRow) -> bool:
+        """Whether ``row``'s process ended while the rows were held."""
+        return bool(self._ended) and row.key in self._ended
+
+    @property
+    def has_colors(self) -> bool:
+        """Whether the commands carry colour swatches (any curve is drawn)."""
+        return bool(self._colors)
+
     def process(self, row: int) -> ProcessSample | None:
         """The row's process; None for an unattributed row."""
         return self._rows[row].proc
@@ -269,10 +290,13 @@ class ProcessTableModel(QAbstractTableModel):
             new = fresh.pop(old.key, None)
             if new is None:
                 continue  # ended, held in place
-            if old.key in back or new.signature() != old.signature():
-                changed.append(i)
-                if len(cells) <= MAX_CELL_SIGNALS:
-                    cols = None if old.key in back else _changed_columns(old, new)
+            if old.key not in back and new.signature() == old.signature():
+                new.keep_shown(old)  # the same texts: nothing to format again
+            else:
+                cols = None if old.key in back else _changed_columns(old, new,
+                                                                     self.every_change)
+                if cols is None or cols:
+                    changed.append(i)
                     if cols is None:  # the whole row: one signal
                         cells.append((i, 0, len(COLUMNS) - 1))
                     else:
@@ -344,10 +368,20 @@ def _host_rows(fresh: dict[RowKey, ProcessRow | UnattributedRow], snapshot: Snap
             fresh[row.key] = row
 
 
-def _changed_columns(old: ProcessRow | UnattributedRow,
-                     new: ProcessRow | UnattributedRow) -> list[int] | None:
+def _changed_columns(old: ProcessRow | UnattributedRow, new: ProcessRow | UnattributedRow,
+                     every_change: bool = False) -> list[int] | None:
     """The columns whose cell differs between two versions of a row; None when the
-    row as a whole changed."""
+    row as a whole changed.  A row painted before compares what it showed (text,
+    muted or not): a figure that moved without changing its text (13.1 GiB, 2 MiB
+    more) repaints nothing.  A row never painted is on no screen: nothing to
+    repaint, unless ``every_change`` (a filter reads every row's texts)."""
+    if (old.agent is None) != (new.agent is None):
+        return None  # the agent's mark comes or goes
+    if old.was_shown():
+        a, b = old.shown(), new.shown()
+        return [c for c in range(len(COLUMNS)) if a[c] != b[c]]
+    if not every_change:
+        return []
     if not (isinstance(old, ProcessRow) and isinstance(new, ProcessRow)):
         return None
     a, b = old.cells(), new.cells()
@@ -377,6 +411,15 @@ class ProcessSortProxy(QSortFilterProxyModel):
         self.setDynamicSortFilter(True)
         self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.setFilterKeyColumn(-1)
+        #: Whether a filter is set: without one, view rows are the model's rows.
+        self.filtering = False
+
+    def setFilterFixedString(self, pattern: str) -> None:  # noqa: N802
+        self.filtering = bool(pattern)
+        model = self.sourceModel()
+        if isinstance(model, ProcessTableModel):
+            model.every_change = self.filtering  # rows filtered out are never painted
+        super().setFilterFixedString(pattern)
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
         """Sorting happens in the source model (see ProcessTableModel); the proxy

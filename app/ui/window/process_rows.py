@@ -16,7 +16,7 @@ and say since when (``ProcessRow.stale``).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
@@ -151,6 +151,7 @@ class _HostCells:
     host: str
     stale: str | None
     stale_tip: str | None
+    _shown: tuple | None
 
     def host_text(self) -> str:
         """"gpu1", "this machine", "gpu1 · disconnected since 15:04:12"."""
@@ -160,6 +161,24 @@ class _HostCells:
     def gpu_text(self) -> str:
         """The GPU as its host numbers it (the Host column names the host)."""
         return split_id(self.display_id)[1]
+
+    def shown(self) -> tuple[tuple[str, bool], ...]:
+        """Per column, the cell's text and whether it is muted (unknown): made
+        once a row and kept while its signature stays the same
+        (:meth:`keep_shown`), so a repaint formats nothing."""
+        cells = self._shown
+        if cells is None:
+            cells = self._shown = tuple((self.text(c), self.is_unknown(c))
+                                        for c in range(len(COLUMNS)))
+        return cells
+
+    def was_shown(self) -> bool:
+        """Whether :meth:`shown` was asked for (the row was painted)."""
+        return self._shown is not None
+
+    def keep_shown(self, old: _HostCells) -> None:
+        """Take ``old``'s cells: the caller found both rows' signatures equal."""
+        self._shown = old._shown
 
 
 @dataclass(slots=True)
@@ -177,6 +196,7 @@ class ProcessRow(_HostCells):
     host: str = ""  # the host key ("" this machine)
     stale: str | None = None  # "disconnected since 15:04:12": the figures are the last known
     stale_tip: str | None = None
+    _shown: tuple | None = field(default=None, repr=False, compare=False)
 
     def signature(self) -> tuple:
         # As shown ("4 min 05 s", "3 h 02 min"): an hours-old process repaints once a
@@ -393,6 +413,7 @@ class UnattributedRow(_HostCells):
     device: None = None
     proc: None = None
     server: None = None
+    _shown: tuple | None = field(default=None, repr=False, compare=False)
 
     def signature(self) -> tuple:
         return (self.memory, self.memory_total, self.reason, self.stale, self.stale_tip)

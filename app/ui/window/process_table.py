@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QContextMenuEvent, QFontMetrics, QGuiApplication
+from PySide6.QtGui import QColor, QContextMenuEvent, QFontMetrics, QGuiApplication, QPainter
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -41,6 +41,7 @@ from app.ui.agents.server_texts import menu_entries
 from app.ui.style.sort_header import SortHeader
 from app.ui.style.tables import sorted_rows
 from app.ui.style.text import plain_tip
+from app.ui.window.process_delegate import ProcessRowDelegate
 from app.ui.window.process_model import ProcessSortProxy, ProcessTableModel
 from app.ui.window.process_rows import (
     AGENT_ROLE,
@@ -97,6 +98,8 @@ class ProcessTable(QTableView):
         self.proxy = ProcessSortProxy(self)
         self.proxy.setSourceModel(self.source_model)
         self.setModel(self.proxy)
+        self.delegate = ProcessRowDelegate(self, self.source_model, self.proxy)
+        self.setItemDelegate(self.delegate)
         sorted_rows(self, COL_VRAM)
         self.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
@@ -154,8 +157,11 @@ class ProcessTable(QTableView):
         self._updating = False
 
     def changeEvent(self, event) -> None:  # noqa: N802
-        if event.type() == QEvent.Type.FontChange:
+        kind = event.type()
+        if kind == QEvent.Type.FontChange:
             self.source_model.unattributed_font = italic(self.font())
+        if kind in (QEvent.Type.FontChange, QEvent.Type.StyleChange, QEvent.Type.PaletteChange):
+            self.delegate.fonts_changed()
         super().changeEvent(event)
 
     def resizeEvent(self, event) -> None:  # noqa: N802
@@ -247,6 +253,14 @@ class ProcessTable(QTableView):
         if not self._holds:
             self._resume.stop()
             self.source_model.hold(False)
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        """Each row the event touches, painted from its row object in one call."""
+        painter = QPainter(self.viewport())
+        try:
+            self.delegate.paint_rows(self, painter, event.region())
+        finally:
+            painter.end()
 
     def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802
         kind = event.type()

@@ -75,6 +75,13 @@ def column(table, col):
     return [cell(table, r, col) for r in range(table.model().rowCount())]
 
 
+def painted(table):
+    """The table rendered once, as a shown table is: its rows are on screen."""
+    table.resize(1400, 400)
+    table.grab()
+    return table
+
+
 def test_numeric_sort_with_unknown_last_in_both_orders(table):
     table.update_snapshot(snap(gpu([
         proc(1, 900 * MiB), proc(2, None), proc(3, 10 * GiB), proc(4, 2 * GiB)])))
@@ -162,6 +169,7 @@ def test_diff_update_signals_and_selection(table, qtbot):
     a, b, c = proc(1, GiB), proc(2, 2 * GiB), proc(3, 3 * GiB)
     table.update_snapshot(snap(gpu([a, b, c])))
     table.select_key("0", b.key)
+    painted(table)
     events = []
     model.rowsRemoved.connect(lambda *args: events.append("removed"))
     model.rowsInserted.connect(lambda *args: events.append("inserted"))
@@ -435,16 +443,21 @@ def test_unattributed_row_updates_in_place_under_a_stable_key(table):
                                gpu_used([proc(3, GiB)], used=GiB + 5 * MiB, index=1)))
     key = ("0", UNATTRIBUTED_KEY, None)
     assert key in model.keys() and ("1", UNATTRIBUTED_KEY, None) in model.keys()  # noqa: SIM118
+    painted(table)
     events = []
     model.rowsRemoved.connect(lambda *args: events.append("removed"))
     model.rowsInserted.connect(lambda *args: events.append("inserted"))
     model.modelReset.connect(lambda *args: events.append("reset"))
-    model.dataChanged.connect(lambda *args: events.append("changed"))
+    model.dataChanged.connect(lambda tl, br, *_: events.append((tl.row(), br.row(), br.column())))
     for extra in (310, 320, 330):
+        events.clear()
         table.update_snapshot(snap(gpu_used([a, b], used=3 * GiB + extra * MiB),
                                    gpu_used([proc(3, GiB)], used=GiB + 5 * MiB, index=1)))
         assert cell(table, rest_row(table), COL_VRAM) == f"{extra} MiB"
-    assert events == ["changed"] * 3  # one row changed in place per tick
+        # That row changed in place: its VRAM cell repaints, nothing else moves.
+        row = model.keys().index(key)
+        assert (row, row, COL_VRAM) in events and {e[:2] for e in events} == {(row, row)}
+        table.grab()
     assert model.keys().count(key) == 1
 
 
@@ -759,10 +772,12 @@ def test_right_click_opens_the_menu_and_holds_the_rows(shown, qtbot):
 
 
 def test_a_changed_figure_repaints_its_cell_not_the_whole_table(table):
-    """Every sample changes a few figures; the view repaints only those cells."""
+    """Every sample changes a few figures; the view repaints only the cells that
+    look different."""
     model = table.source_model
     a, b = proc(1, GiB), proc(2, 2 * GiB)
     table.update_snapshot(snap(gpu([a, b])))
+    painted(table)
     ranges = []
     model.dataChanged.connect(lambda tl, br, *_: ranges.append(
         ((tl.row(), tl.column()), (br.row(), br.column()))))
@@ -770,11 +785,40 @@ def test_a_changed_figure_repaints_its_cell_not_the_whole_table(table):
     row = model.keys().index(("0", 1, a.create_time))
     assert ranges == [((row, COL_CPU), (row, COL_CPU))]
     assert cell(table, table.visible_row_of("0", 1), COL_CPU) == "55 %"
+    table.grab()
     ranges.clear()
-    # A change that colours the whole row (its host status): the whole row.
+    # A process that exits: its command says so, muted; its figures stay as they were.
     table.update_snapshot(snap(gpu([proc(1, GiB, cpu_percent=55.0,
                                          host_status=HostStatus.EXITED), b])))
-    assert ranges == [((row, 0), (row, len(COLUMNS) - 1))]
+    assert ranges == [((row, COL_COMMAND), (row, COL_COMMAND))]
+    assert cell(table, table.visible_row_of("0", 1), COL_COMMAND) == "python job1.py (exited)"
+    table.grab()
+    ranges.clear()
+    # Figures that move without changing what a cell says (1.0 GiB and 2 MiB, 55.2 %):
+    # nothing to repaint; the row still sorts by the new figure.
+    table.update_snapshot(snap(gpu([proc(1, GiB + 2 * MiB, cpu_percent=55.2,
+                                         host_status=HostStatus.EXITED), b])))
+    assert ranges == []
+    assert model.row_at(row).proc.gpu_memory == GiB + 2 * MiB
+
+
+def test_rows_never_painted_send_no_repaints_unless_a_filter_reads_them(table):
+    """A row scrolled out of sight (or in a hidden table) was never painted:
+    nothing on screen to repaint.  A filter reads every row's text, so while one
+    is set every change is told, and a row whose new figure matches it appears."""
+    model = table.source_model
+    table.update_snapshot(snap(gpu([proc(1, GiB), proc(2, 2 * GiB)])))
+    ranges = []
+    model.dataChanged.connect(lambda tl, br, *_: ranges.append((tl.row(), br.row())))
+    table.update_snapshot(snap(gpu([proc(1, GiB, cpu_percent=55.0), proc(2, 2 * GiB)])))
+    assert ranges == []
+    assert cell(table, table.visible_row_of("0", 1), COL_CPU) == "55 %"  # asked: current
+    table.proxy.setFilterFixedString("77 %")
+    assert table.proxy.rowCount() == 0
+    table.update_snapshot(snap(gpu([proc(1, GiB, cpu_percent=77.0), proc(2, 2 * GiB)])))
+    assert ranges
+    assert table.proxy.rowCount() == 1
+    assert cell(table, 0, COL_PID) == "1"
 
 
 def test_an_agentless_pytorch_process_offers_its_environments_install_command(table):
@@ -885,6 +929,7 @@ def test_a_server_row_has_details(table, qtbot):
 def test_a_server_row_repaints_when_its_models_change(table, qtbot):
     srv = server_table(table)
     runner = row_of(table, srv.RUNNER)
+    painted(table)
     changed = []
     table.source_model.dataChanged.connect(lambda a, b, roles=(): changed.append(a.row()))
     o = srv.ollama()
