@@ -129,6 +129,7 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     controller = ControllerAdapter(HostControllers(AppController(lambda: sampler.agents),
                                                    fleet.directory))
     window = MainWindow(history, settings=settings, controller=controller)
+    window.idle_when_unseen = True  # in the tray or minimised: sampled, recorded, not drawn
     window.cli_hosts = tuple(hosts)
     if store.notice:  # values of the settings file that could not be read: defaults used
         window.show_notice(store.notice)
@@ -225,6 +226,10 @@ def _quiet_offscreen() -> None:
     qInstallMessageHandler(handler)
 
 
+#: The socket pair and notifier through which a signal wakes the event loop.
+_SIGNAL_WAKEUP: list[object] = []
+
+
 def _quit_on_termination(qt_app: QApplication, quit_app: Callable[[], None]) -> None:
     """SIGTERM (logout, ``kill``, a service manager, ``timeout``), SIGINT
     (Ctrl+C in a terminal) and SIGHUP (the terminal closed) end the app the
@@ -252,7 +257,7 @@ def _quit_on_termination(qt_app: QApplication, quit_app: Callable[[], None]) -> 
 
     notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, qt_app)
     notifier.activated.connect(drain)
-    qt_app._signal_wakeup = (reader, writer, notifier)  # type: ignore[attr-defined]
+    _SIGNAL_WAKEUP[:] = [reader, writer, notifier]  # kept for the app's life
     for name in ("SIGTERM", "SIGINT", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None:

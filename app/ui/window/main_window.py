@@ -48,6 +48,7 @@ from app.ui.window.gpu_feed import feed_agents, feed_gpu_area
 from app.ui.window.local_problem import LocalProblemBar
 from app.ui.window.no_driver import NoDriverView
 from app.ui.window.process_table import ProcessTable
+from app.ui.window.status_text import StatusText
 from app.ui.window.texts import (
     folder_notice_title,
     median_period,
@@ -56,9 +57,10 @@ from app.ui.window.texts import (
     summary_texts,
 )
 from app.ui.window.top_bar import APP_TITLE, SPANS, TopBar
+from app.ui.window.unseen import UnseenViews
 
 
-class MainWindow(ActionViews, ActivityViews, QMainWindow):
+class MainWindow(ActionViews, ActivityViews, UnseenViews, QMainWindow):
     demo_requested = Signal()
     retry_requested = Signal()
     settings_requested = Signal()
@@ -194,6 +196,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.lower_tabs.addTab(self.activity, "Activity")
         self._make_doctor()  # the third tab: diagnoses, fixes and OOM reports
         self.lower_tabs.currentChanged.connect(self._on_tab_changed)
+        self.lower_tabs.currentChanged.connect(lambda _i: self._catch_up())
         self._unseen_activity = 0
         table_title.setVisible(False)  # the tab says it
         self.splitter.addWidget(self.gpu_area)
@@ -218,7 +221,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
         self.period_label = QLabel("", self)
         self.cost_label = QLabel("", self)
         self.problem_label = QLabel("", self)
-        self.action_label = QLabel("", self)
+        self.action_label = StatusText(self)
         self.action_label.setObjectName("actionStatus")
         for w in (self.source_label, self.problem_label, self.action_label):
             plain_label(w)  # they name hosts, processes and models, and quote errors
@@ -277,19 +280,34 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
 
     @Slot(object)
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        """Record a sampler tick and update every text widget (plots wait for :meth:`refresh`)."""
+        """Record a sampler tick and update every text widget (plots wait for :meth:`refresh`).
+        While nobody sees the window (:meth:`unseen`) only what arrives once is taken:
+        the views catch up when it is shown (app.ui.window.unseen)."""
         self.history.add(snapshot)
         self._latest = snapshot
         self._dirty = True
         if snapshot.gpus or snapshot.hosts or snapshot.agents:
             self._arrivals.append(snapshot.monotonic)
-        self._update_status(snapshot)
+        self._behind = self.unseen()
+        if not self._behind:
+            self._show_views(snapshot)
+        if bool(snapshot.error) and not (snapshot.gpus or snapshot.hosts or snapshot.agents):
+            self._take_events(snapshot)  # the last ones the agents or the policy sent
+            return
+        self._measure(snapshot)  # the controller measures finished actions
+        self._take_events(snapshot)
+        self._show_measured_models()
+        self._on_diagnoses(snapshot)
+        if not self._behind and self.details is not None and self.details.isVisible():
+            self._update_details(snapshot)  # with its host's busy set
 
+    def _show_views(self, snapshot: Snapshot) -> None:
+        """The snapshot's state in the status bar, the page, the GPUs and the table."""
+        self._update_status(snapshot)
         local_down = bool(snapshot.error) and not snapshot.gpus
         if local_down and not (snapshot.hosts or snapshot.agents):
             self.no_driver_view.set_reason(snapshot.error)
             self.stack.setCurrentWidget(self.no_driver_view)
-            self._take_events(snapshot)  # the last ones the agents or the policy sent
             return
         # Remote hosts' GPUs and this machine's agents fill the page; the driver's
         # problem is one line above them.
@@ -300,7 +318,9 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
 
         agents = snapshot.agents
         feed_gpu_area(self.gpu_area, snapshot, self.controller)
-        self.table.update_snapshot(snapshot)
+        self._table_behind = self.table_unseen()  # behind another tab: taken when chosen
+        if not self._table_behind:
+            self.table.update_snapshot(snapshot)
         self._update_summary(snapshot)
         if (agents or snapshot.servers) and self.auto_unload.isHidden():
             self.auto_unload.setVisible(True)  # this machine's policy: its agents only
@@ -308,12 +328,6 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
                 s.agents or s.servers for _, s in each_host(snapshot)):
             self.details_button.setVisible(True)
         self._update_details_button()
-        self._measure(snapshot)  # the controller measures finished actions
-        self._take_events(snapshot)
-        self._show_measured_models()
-        self._on_diagnoses(snapshot)
-        if self.details is not None and self.details.isVisible():
-            self._update_details(snapshot)  # with its host's busy set
 
     def _take_events(self, snapshot: Snapshot) -> None:
         """Model events and policy decisions, each handed out once: shown and logged."""
@@ -325,8 +339,8 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
     @Slot()
     def refresh(self, force: bool = False) -> None:
         """Redraw the plots from history, if a snapshot arrived since the last redraw."""
-        if not (self._dirty or force):
-            return
+        if not (self._dirty or force) or self.unseen():
+            return  # an unseen window stays dirty: drawn when shown
         if not force and self._redraw_too_soon():
             return  # stays dirty: drawn by a later tick
         self._dirty = False
@@ -430,6 +444,7 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
 
     def showEvent(self, event) -> None:  # noqa: N802
         super().showEvent(event)
+        QTimer.singleShot(0, self._catch_up)
         QTimer.singleShot(0, self._refresh_newly_visible)
 
     def _update_status(self, snapshot: Snapshot) -> None:
@@ -449,6 +464,8 @@ class MainWindow(ActionViews, ActivityViews, QMainWindow):
     def changeEvent(self, event) -> None:  # noqa: N802
         if event.type() == QEvent.Type.PaletteChange:
             self._apply_style()
+        elif event.type() == QEvent.Type.WindowStateChange:
+            QTimer.singleShot(0, self._catch_up)  # no longer minimised: the views catch up
         super().changeEvent(event)
 
     def _apply_style(self) -> None:
