@@ -50,9 +50,10 @@ class UtilStrip(QWidget):
         self.update()
 
     def set_now(self, percent: float | None) -> None:
+        """The latest sample's figure: only the caption beside the strip repaints."""
         if percent != self.now_percent:
             self.now_percent = percent
-            self.update()
+            self.update(self._caption(self._area()).toAlignedRect())
 
     def follow(self, source: Callable[[], tuple[float, float] | None]) -> None:
         """Where the plot's view box lies in this widget, horizontally (left px, width
@@ -70,18 +71,24 @@ class UtilStrip(QWidget):
         left, width = self.extent()
         return QRectF(left, 3.0, max(width, 1.0), self.height() - 6.0)
 
+    @staticmethod
+    def _caption(area: QRectF) -> QRectF:
+        return QRectF(0, area.top(), max(area.left() - 6, 0), area.height())
+
     def paintEvent(self, event) -> None:  # noqa: N802
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         palette = self.palette()
         area = self._area()
-        painter.setPen(QPen(pal.faint(palette), 1))
-        painter.drawRect(area)
         painter.setPen(pal.muted(palette))
-        caption = QRectF(0, area.top(), max(area.left() - 6, 0), area.height())
-        painter.drawText(caption, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+        painter.drawText(self._caption(area),
+                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
                          f"{CAPTION}\n{fmt_percent(self.now_percent)}")
-        self._paint_series(painter, area, pal.util_color(palette))
+        # A new figure repaints its caption only: the series waits for new data.
+        if event.rect().intersects(area.adjusted(-1, -1, 1, 1).toAlignedRect()):
+            painter.setPen(QPen(pal.faint(palette), 1))
+            painter.drawRect(area)
+            self._paint_series(painter, area, pal.util_color(palette))
         painter.end()
 
     def _paint_series(self, painter: QPainter, area: QRectF, color: QColor) -> None:
