@@ -229,7 +229,11 @@ class AlertBanner(QWidget):
         return y - self.GAP - y0
 
     def hasHeightForWidth(self) -> bool:  # noqa: N802
-        return True
+        # No: a top-level window whose layout has a height-for-width item takes the
+        # layout's height for its width, summed from *preferred* heights, as its
+        # minimum, and would not fit a laptop's screen.  The banner's hints follow
+        # the width it has instead (see resizeEvent).
+        return False
 
     def heightForWidth(self, width: int) -> int:  # noqa: N802
         return self.arrangement(width).height
@@ -240,15 +244,23 @@ class AlertBanner(QWidget):
         natural = left + right + self.title.fontMetrics().horizontalAdvance(
             self.title.text()) + sum(hints)
         width = max(self.minimumSizeHint().width(), min(self.MAX_WIDTH, natural))
-        return QSize(width, self.heightForWidth(width))
+        if self.overlay():
+            return QSize(width, self.heightForWidth(width))
+        return QSize(width, self.heightForWidth(self._laid_width(width)))
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802
         left, _top, right, _bottom = self.PADDING
         widest = max((b.sizeHint().width() for b in self.buttons()), default=0)
         width = left + right + max(widest, 12 * self.body.fontMetrics().averageCharWidth())
-        # The height the text needs at the width the banner has (not at its narrowest:
-        # a window's minimum would then grow by every line the narrowest width wraps).
-        return QSize(width, self.heightForWidth(max(width, self.width())))
+        return QSize(width, self.heightForWidth(self._laid_width(width)))
+
+    def _laid_width(self, least: int) -> int:
+        """The width the banner's text wraps at: the width it has, or before a layout
+        gave it one, its window's (about what it will get).  Never its narrowest:
+        a window's minimum would grow by every line the narrowest width wraps, and
+        a window does not shrink back on its own."""
+        guess = self.window().width() if not self.isVisible() else 0
+        return max(least, self.width(), guess)
 
     def _relayout(self) -> None:
         """The text or the buttons changed: a new height, parts moved."""

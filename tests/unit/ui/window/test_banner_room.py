@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import QLabel
 
 from app.core.monitor.history import History, HistoryConfig
 from app.ui.settings.values import UiSettings
@@ -39,3 +40,20 @@ def test_banners_push_the_table_down_and_the_window_still_fits_a_laptop(qapp, qt
     window.hint_banner.retract()
     window.folder_banner.retract()
     qtbot.waitUntil(lambda: _on_window(window, window.table.viewport()) == table_before)
+
+
+def test_a_long_result_in_the_status_bar_is_elided_never_over_its_neighbours(qapp, qtbot):
+    window = MainWindow(History(HistoryConfig()), settings=UiSettings())
+    qtbot.addWidget(window)
+    window.resize(1024, 640)
+    window.show()
+    qtbot.waitExposed(window)
+    window.period_label.setText("Sampling every 250 ms")
+    long = "Auto-unload: GPU 0: unloaded 2 of 2 (pipe.text_encoder (235 MiB), " * 3
+    window.action_label.setText(long)
+    qtbot.wait(20)
+    shown = window.action_label
+    assert shown.text() == long  # the whole text for whoever reads it
+    assert QLabel.text(shown).endswith("…") and len(QLabel.text(shown)) < len(long)
+    right = shown.mapTo(window, QPoint(shown.width(), 0)).x()
+    assert right <= window.period_label.mapTo(window, QPoint(0, 0)).x()
