@@ -29,6 +29,8 @@ _.rowCount
 _.columnCount
 _.flags
 _.sort
+# A QStyleOption's fields, read by the style that draws it.
+_.backgroundColor
 # pyqtgraph's AxisItem asks for the tick labels.
 _.tickStrings
 # QDBusVirtualObject: the bus calls handleMessage(message, connection).

@@ -44,9 +44,6 @@ COLUMNS = ("Host", "GPU", "PID", "User", "Container", "Command", "PyTorch", "VRA
 NUMERIC = {COL_PID, COL_VRAM, COL_CACHE, COL_PCT, COL_SM, COL_CPU, COL_RSS, COL_UPTIME}
 #: Columns whose first click sorts largest first (a pid is looked up, not ranked).
 LARGEST_FIRST = NUMERIC - {COL_PID}
-#: Columns a narrow table hides, first to last, before the command gets less than
-#: COMMAND_CHARS; they come back as it widens.
-HIDE_FIRST = (COL_UPTIME, COL_SM, COL_CPU, COL_RSS, COL_CONTAINER, COL_AGENT, COL_USER, COL_PCT)
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # the raw value (None = unknown)
 KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # (display_id, (pid, create_time))

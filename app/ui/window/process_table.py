@@ -2,7 +2,8 @@
 
 The rows and their cells are in :mod:`app.ui.window.process_rows`, the model and
 its filtering proxy in :mod:`app.ui.window.process_model`; this view keeps the
-selection on the same process across ticks and fits the columns to its width.
+selection on the same process across ticks and fits the columns to its width (the
+command stretches; a table too narrow for every column scrolls sideways).
 
 Rows do not move under the pointer: while it is over the rows (or a row's menu is
 open) the model holds its order (:meth:`ProcessTableModel.hold`), and the rows take
@@ -62,7 +63,6 @@ from app.ui.window.process_rows import (
     COLUMNS,
     COMMAND_CHARS,
     COMMAND_ROOM,
-    HIDE_FIRST,
     HOST_ROLE,
     KEY_ROLE,
     SERVER_ROLE,
@@ -103,6 +103,8 @@ class ProcessTable(QTableView):
         sorted_rows(self, COL_VRAM)
         self.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        # A table narrower than its columns scrolls sideways, smoothly.
+        self.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         header.setHighlightSections(False)
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -193,11 +195,11 @@ class ProcessTable(QTableView):
         return self.fontMetrics().horizontalAdvance("x" * chars) + swatch + 16
 
     def _fit_columns(self) -> None:
-        """In a narrow table the container column narrows first (not below
-        "podman 3f4e…") while the command would get less than COMMAND_ROOM
-        characters; below COMMAND_CHARS the HIDE_FIRST columns go, in that order.
-        With nothing left to hide the command keeps COMMAND_CHARS and the table
-        scrolls sideways rather than squeeze it to nothing."""
+        """Every column the table has is shown, however narrow it is: the
+        container column narrows first (not below "podman 3f4e…") while the
+        command would get less than COMMAND_ROOM characters; the command takes
+        the room left, down to COMMAND_CHARS; below that it keeps COMMAND_CHARS
+        and the table scrolls sideways, so every column stays reachable."""
         header = self.horizontalHeader()
         least, comfort = self._command_width(COMMAND_CHARS), self._command_width(COMMAND_ROOM)
         room = self.viewport().width()
@@ -208,10 +210,6 @@ class ProcessTable(QTableView):
             spare = room - sum(width.values()) - comfort
             width[COL_CONTAINER] = max(self._container_least,
                                        min(width[COL_CONTAINER], width[COL_CONTAINER] + spare))
-        for col in HIDE_FIRST:
-            if room - sum(width.values()) >= least or not self.isVisible():
-                break  # (a table not shown yet has no width to fit)
-            width.pop(col, None)
         left = room - sum(width.values())
         self._fitting = True
         try:
@@ -219,8 +217,7 @@ class ProcessTable(QTableView):
                 hidden = col != COL_COMMAND and col not in width
                 if self.isColumnHidden(col) != hidden:
                     self.setColumnHidden(col, hidden)
-            if fit_container and COL_CONTAINER in width \
-                    and header.sectionSize(COL_CONTAINER) != width[COL_CONTAINER]:
+            if fit_container and header.sectionSize(COL_CONTAINER) != width[COL_CONTAINER]:
                 self.setColumnWidth(COL_CONTAINER, width[COL_CONTAINER])
             stretch = left >= least
             mode = QHeaderView.ResizeMode.Stretch if stretch else QHeaderView.ResizeMode.Interactive
@@ -228,6 +225,8 @@ class ProcessTable(QTableView):
                 header.setSectionResizeMode(COL_COMMAND, mode)
             if not stretch and header.sectionSize(COL_COMMAND) != least:
                 self.setColumnWidth(COL_COMMAND, least)
+            if stretch and self.horizontalScrollBar().isVisible():
+                self.updateGeometries()  # it fits now: the sideways scroll bar goes at once
         finally:
             self._fitting = False
 
