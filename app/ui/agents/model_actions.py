@@ -276,6 +276,8 @@ def model_summary(action: ModelAction, with_process: bool = True) -> str:
     if not action.done:
         return f"{prefix}reloading {name}…"
     if not action.ok:
+        if action.refused:  # "not offloaded (it is resident)": nothing was wrong
+            return f"{prefix}{name} not reloaded: {action.error}"
         return f"{prefix}reloading {name} failed: {action.error}"
     ev = action.event
     return prefix + model_action_text(RELOAD, name, action.figures, None,

@@ -694,3 +694,18 @@ def test_demo_pressure_policy_end_to_end(window, qtbot):
     assert "(2.1 GiB of it cache held before)" in events[1][7]
     # Its agent's idle clock counts: the first crossing, inside the demo's first minute.
     assert 25.0 <= feed.t[0] - 1000.0 < 60.0
+
+
+def test_a_refused_reload_reads_as_not_reloaded_a_failed_one_as_failed():
+    from app.core.control.records import RELOAD, ModelAction
+    from app.ui.agents.model_actions import model_summary
+
+    refused = ModelAction(RELOAD, 20, "m1", name="pipe.unet", label="notebook (20)",
+                          done_at=1.0, result=ModelActionResult(
+                              20, "m1", False, error="not offloaded (it is resident)",
+                              code="refused"))
+    assert model_summary(refused) == \
+        "notebook (20): pipe.unet not reloaded: not offloaded (it is resident)"
+    failed = dataclasses.replace(refused, result=ModelActionResult(
+        20, "m1", False, error="out of host memory", code="failed"))
+    assert model_summary(failed) == "notebook (20): reloading pipe.unet failed: out of host memory"
