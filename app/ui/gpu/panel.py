@@ -69,6 +69,8 @@ class GpuPanel(QFrame):
         self.highlighted_key: Hashable | None = None
         self.plot_dirty = True  # set by the window when data arrived while hidden
         self._gpu: GpuSample | None = None  # the latest sample, for the plot's inputs
+        #: The latest figures ("sample", "agents") while hidden by the window.
+        self._pending: dict[str, object] = {}
         # Latest sample's unattributed memory (bytes, None = unknown) and why unknown.
         self._unattributed_now: int | None = None
         self._unattributed_reason: str | None = None
@@ -264,8 +266,25 @@ class GpuPanel(QFrame):
             self.state_label.setText(f"● {text}" if text else "● OK")
         self._style_state()
 
+    def hidden_by_window(self) -> bool:
+        """Hidden inside its window (the overview shows another GPU's panel): its
+        figures wait for :meth:`showEvent`, where they are drawn at once."""
+        return self.isHidden() and self.parentWidget() is not None
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        pending, self._pending = self._pending, {}
+        if "sample" in pending:
+            self.update_sample(pending["sample"])
+        if "agents" in pending:
+            self.update_agents(*pending["agents"])
+        super().showEvent(event)
+
     def update_sample(self, gpu: GpuSample) -> None:
         """Cheap per-snapshot update of the header, gauge and figures (no plotting)."""
+        self._gpu = gpu  # the plot's inputs, whether shown or not
+        if self.hidden_by_window():
+            self._pending["sample"] = gpu
+            return
         ident = f"GPU {split_id(gpu.display_id)[1]}"
         if self.title_label.text() != ident:
             self.title_label.setText(ident)
@@ -274,7 +293,6 @@ class GpuPanel(QFrame):
             self._show_name()
             where = f"\nHost: {self.host}" if self.host else ""
             self.name_label.setToolTip(plain_tip(f"{gpu.name}\nUUID: {gpu.uuid or NA}{where}"))
-        self._gpu = gpu
         self._unattributed_now = gpu.unattributed_memory
         self._unattributed_reason = unknown_reason(gpu)
         state_changed = gpu.state != self.state
@@ -324,6 +342,9 @@ class GpuPanel(QFrame):
                       can_act: bool = False) -> None:
         """Per-snapshot update of the "PyTorch memory" section: shown while any agent
         reports (``agents``: pid -> AgentReport), hidden otherwise."""
+        if self.hidden_by_window():
+            self._pending["agents"] = (gpu, agents, busy, can_act)
+            return
         section = self.agent_section
         if not agents:
             if not section.isHidden():

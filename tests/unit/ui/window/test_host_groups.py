@@ -87,7 +87,9 @@ def test_a_disconnected_hosts_tiles_and_panels_are_greyed_with_their_last_figure
     assert header.text_of(header.reason_label) == REFUSED and header.reason_label.isVisibleTo(
         header)
     assert REFUSED in header.toolTip()
+    area.select_gpu("2@gpu2")  # its panel shown (a hidden one is drawn when shown)
     panel = window.gpu_area._panel("2@gpu2")
+    assert panel.isVisible()
     assert panel.state_label.text() == f"● {stale}"
     assert panel.state_label.toolTip() == REFUSED
     assert panel.memory_text().startswith(fmt_bytes(int(72.8 * (1 << 30))))

@@ -160,3 +160,24 @@ def test_a_window_driven_without_being_shown_draws_every_snapshot(qtbot, feed):
     w.refresh(force=True)
     assert table_rows(w) == latest_rows(feed.last)
     assert w.plot_refreshes == 1
+
+
+def test_a_panel_the_overview_hides_takes_its_figures_when_shown(window, feed, qtbot):
+    window.show()
+    qtbot.waitExposed(window)
+    feed.step(window.on_snapshot, seconds=5)
+    area = window.gpu_area
+    assert area.arrangement == "overview"
+    first = area.selected or next(iter(area.panels))
+    hidden = next(did for did in area.tiles if did != first)
+    area.select_gpu(hidden)  # its panel is made, shown ...
+    area.select_gpu(first)  # ... and hidden again by the overview
+    panel = area.panels[hidden]
+    assert panel.hidden_by_window()
+    feed.step(window.on_snapshot, seconds=5)
+    gpu = next(g for g in feed.last.gpus if g.display_id == hidden)
+    assert not panel.memory_text().startswith(fmt_bytes(gpu.memory_used))  # not drawn
+    area.select_gpu(hidden)
+    assert panel.isVisible()
+    assert panel.memory_text().startswith(fmt_bytes(gpu.memory_used))
+    assert panel.plot_inputs().memory_used == gpu.memory_used  # its plot draws the latest
