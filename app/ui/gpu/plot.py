@@ -16,7 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QSizePolicy, QWidget
+from PySide6.QtWidgets import QGraphicsView, QSizePolicy, QWidget
 
 from app.core.monitor.plot_data import (
     TOP_N,
@@ -48,6 +48,26 @@ class _LeaveFilter(QObject):
         return False
 
 
+class _Curve(pg.PlotCurveItem):
+    """A curve of :class:`PlotData`: x ascending (seconds before now), y with NaN
+    gaps.  Its bounds (asked after every new data, for the scene and the view)
+    are its ends and one pass each for the lowest and highest y, not pyqtgraph's
+    general search."""
+
+    def dataBounds(self, ax, frac=1.0, orthoRange=None):  # noqa: N802, N803
+        x, y = self.xData, self.yData
+        pen = self.opts["pen"]
+        if (frac < 1.0 or orthoRange is not None or x is None or len(x) == 0
+                or (pen is not None and not pen.isCosmetic())):
+            return super().dataBounds(ax, frac, orthoRange)
+        if ax == 0:
+            return float(x[0]), float(x[-1])
+        lo, hi = float(np.fmin.reduce(y)), float(np.fmax.reduce(y))
+        if not (np.isfinite(lo) and np.isfinite(hi)):  # all gaps, or infinities
+            return super().dataBounds(ax, frac, orthoRange)
+        return lo, hi
+
+
 class GpuPlot(pg.PlotWidget):
     """The plot area: curves, grid, capacity line, hover read-out and event markers."""
 
@@ -70,6 +90,9 @@ class GpuPlot(pg.PlotWidget):
         self._hover_x: float | None = None
         self.setMinimumHeight(180)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        # The background is one colour: filled where needed, not kept in a pixmap the
+        # size of the plot (pyqtgraph caches it: ~2 MB a panel at 1000 x 500).
+        self.setCacheMode(QGraphicsView.CacheModeFlag.CacheNone)
         item = self.getPlotItem()
         item.setMenuEnabled(False)
         item.hideButtons()
@@ -117,7 +140,7 @@ class GpuPlot(pg.PlotWidget):
         # PlotCurveItem, not PlotDataItem: the data come decimated to the pixel width
         # and cut to the span already (plot_data), so PlotDataItem's own clipping and
         # downsampling would only redo that work on every frame.
-        curve = pg.PlotCurveItem()
+        curve = _Curve()
         curve.setZValue(z)
         curve.base_z = z
         curve.hide()

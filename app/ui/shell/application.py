@@ -82,12 +82,14 @@ def run_gui(demo: bool = False, period_s: float | None = None, screenshot: str |
     from app.core.remote.fleet import Fleet
     from app.ui.settings.store import SettingsStore
     from app.ui.shell.controller import ControllerAdapter
+    from app.ui.shell.memory import return_big_blocks
     from app.ui.shell.qt_compat import guard_singleton_refcounts
     from app.ui.shell.sampler import Sampler, clamp_period
     from app.ui.style.theme import ThemeManager
     from app.ui.window.main_window import MainWindow
 
     guard_singleton_refcounts()
+    return_big_blocks()  # plot refreshes' big arrays go back to the system when freed
     if screenshot:
         _quiet_offscreen()
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])
