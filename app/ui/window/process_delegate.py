@@ -15,6 +15,8 @@ comes here.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, Qt
 from PySide6.QtGui import (
     QColor,
@@ -57,7 +59,19 @@ _FOCUS = _State.State_HasFocus.value
 _ALTERNATE = QStyleOptionViewItem.ViewItemFeature.Alternate
 _RIGHT = tuple(col in NUMERIC for col in range(len(COLUMNS)))
 #: Laid-out texts kept (text, italic) before the cache starts again.
-_TEXTS_KEPT = 4096
+_TEXTS_KEPT = 2048
+
+
+class _Looks(NamedTuple):
+    """What every cell of one paint shares."""
+
+    plain: tuple[QFont, QFontMetrics]
+    italic: tuple[QFont, QFontMetrics]
+    text: QColor
+    muted: QColor  # an unknown figure, an ended process
+    selected: QColor
+    margin: int  # px each side of a cell's text, and of its icon
+    icon_room: int  # px an icon and its margins take
 
 
 class ProcessRowDelegate(QStyledItemDelegate):
@@ -98,7 +112,9 @@ class ProcessRowDelegate(QStyledItemDelegate):
         alternate = view.alternatingRowColors()
         style = view.style()
         base_state = option.state
+        looks = self._looks(option)
         done: set[tuple[int, int]] = set()
+        several = region.rectCount() > 1  # cells on the edges of two rects: painted once
         for rect in region:
             top = max(0, (rect.top() - first_y) // height)
             bottom = min(count - 1, (rect.bottom() - first_y) // height)
@@ -124,13 +140,13 @@ class ProcessRowDelegate(QStyledItemDelegate):
                 row = self._model.row_at(self._source_row(r))
                 shown = row.shown()
                 ended = self._model.has_ended(row)
-                state = option.state.value
                 for c, x, w in cells:
-                    if (r, c) in done:
-                        continue
-                    done.add((r, c))
-                    self._cell(painter, option, row, shown[c], c, QRect(x, y, w, height),
-                               state, ended)
+                    if several:
+                        if (r, c) in done:
+                            continue
+                        done.add((r, c))
+                    self._cell(painter, looks, row, shown[c], c, x, y, w, height,
+                               bool(selected), ended)
                     if focus == (r, c):
                         cell = QStyleOptionViewItem(option)
                         cell.rect = QRect(x, y, w, height)
@@ -148,7 +164,9 @@ class ProcessRowDelegate(QStyledItemDelegate):
         if state & _SELECTED:  # the row's background (alternate colour) is the view's own
             view.style().drawPrimitive(QStyle.PrimitiveElement.PE_PanelItemViewItem, option,
                                        painter, view)
-        self._cell(painter, option, row, row.shown()[col], col, option.rect, state,
+        rect = option.rect
+        self._cell(painter, self._looks(option), row, row.shown()[col], col, rect.x(),
+                   rect.y(), rect.width(), rect.height(), bool(state & _SELECTED),
                    self._model.has_ended(row))
         if state & _FOCUS:
             self._focus(painter, option)
@@ -158,34 +176,46 @@ class ProcessRowDelegate(QStyledItemDelegate):
         proxy = self._proxy
         return proxy.mapToSource(proxy.index(row, 0)).row() if proxy.filtering else row
 
-    def _cell(self, painter: QPainter, option: QStyleOptionViewItem,
-              row: ProcessRow | UnattributedRow, cell: tuple[str, bool], col: int,
-              rect: QRect, state: int, ended: bool) -> None:
-        """The cell's icon and text, as the style's item view lays them out."""
-        text, unknown = cell
+    def _looks(self, option: QStyleOptionViewItem) -> _Looks:
+        """What every cell of one paint shares: fonts, text colours, margins."""
         margin = self._margin
         if margin is None:
             view = self._view
             margin = self._margin = view.style().pixelMetric(
                 QStyle.PixelMetric.PM_FocusFrameHMargin, None, view) + 1
-        x, y, width, height = rect.x(), rect.y(), rect.width(), rect.height()
-        icon = self._icon(row, col, ended)
-        if icon is not None:
-            room = option.decorationSize.width() + 2 * margin
-            icon.paint(painter, QRect(x, y, room, height), Qt.AlignmentFlag.AlignCenter,
-                       QIcon.Mode.Selected if state & _SELECTED else QIcon.Mode.Normal,
-                       QIcon.State.Off)
-            x, width = x + room, width - room
+        font = option.font
+        palette, state = option.palette, option.state.value
+        return _Looks(self._font(font, False), self._font(font, True),
+                      self._text_color(palette, state, False),
+                      self._text_color(palette, state, True),
+                      self._text_color(palette, state | _SELECTED, False),
+                      margin, option.decorationSize.width() + 2 * margin)
+
+    def _cell(self, painter: QPainter, looks: _Looks, row: ProcessRow | UnattributedRow,
+              cell: tuple[str, bool], col: int, x: int, y: int, width: int, height: int,
+              selected: bool, ended: bool) -> None:
+        """The cell's icon and text, as the style's item view lays them out."""
+        text, unknown = cell
+        margin = looks.margin
+        if col in (COL_AGENT, COL_COMMAND):
+            icon = self._icon(row, col, ended)
+            if icon is not None:
+                room = looks.icon_room
+                icon.paint(painter, QRect(x, y, room, height), Qt.AlignmentFlag.AlignCenter,
+                           QIcon.Mode.Selected if selected else QIcon.Mode.Normal,
+                           QIcon.State.Off)
+                x, width = x + room, width - room
         if not text:
             return
         italic = row.proc is None  # a GPU's unattributed memory, not a process
-        font, metrics = self._font(option.font, italic)
+        font, metrics = looks.italic if italic else looks.plain
         width -= 2 * margin
         shown, text_width = self._laid_out(self._elide(text, italic, width, metrics),
                                            italic, font)
         left = x + margin + (width - text_width if _RIGHT[col] else 0)
         painter.setFont(font)
-        painter.setPen(self._text_color(option.palette, state, unknown or ended))
+        painter.setPen(looks.selected if selected else
+                       looks.muted if unknown or ended else looks.text)
         painter.drawStaticText(QPointF(left, y + (height - metrics.height()) / 2), shown)
 
     # -- pieces ----------------------------------------------------------------------------
