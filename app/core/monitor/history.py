@@ -121,9 +121,12 @@ class _Ring:
         """Start a row afresh: whatever it held before reads as absent."""
         self.row_since[row] = self.written
 
-    def row_series(self, row: int, order: np.ndarray) -> np.ndarray:
+    def row_series(self, row: int, order: np.ndarray,
+                   serial: np.ndarray | None = None) -> np.ndarray:
+        """Row ``row`` at slots ``order``; ``serial``: ``self.serial[order]``, when
+        the caller took it once for many rows."""
         series = self.rows[row, order]
-        stale = self.serial[order] < self.row_since[row]
+        stale = (self.serial[order] if serial is None else serial) < self.row_since[row]
         if stale.any():
             series = series.copy()
             series[stale] = np.nan
@@ -348,12 +351,14 @@ class GpuHistory:
         if span is None:
             return {}
         ring, order, _ = span
+        serial = ring.serial[order]
         out: dict[ProcessKey, float] = {}
         with np.errstate(all="ignore"):
             for key in keys:
                 row = self.row_of.get(key)
                 if row is not None:
-                    out[key] = float(np.fmax.reduce(ring.row_series(row, order), initial=np.nan))
+                    out[key] = float(np.fmax.reduce(ring.row_series(row, order, serial),
+                                                    initial=np.nan))
         return out
 
     def view(self, span_s: float, keys: Iterable[ProcessKey] | None = None) -> SeriesView:
@@ -368,11 +373,12 @@ class GpuHistory:
             return SeriesView(empty, empty, empty, {})
         ring, order, newest = span
         t = ring.time[order] - newest
+        serial = ring.serial[order]  # once for every row
         procs: dict[ProcessKey, np.ndarray] = {}
         wanted = self.row_of.items() if keys is None else (
             (key, self.row_of[key]) for key in keys if key in self.row_of)
         for key, row in wanted:
-            series = ring.row_series(row, order)
+            series = ring.row_series(row, order, serial)
             if not np.all(np.isnan(series)):
                 procs[key] = series
         return SeriesView(t, ring.used[order], ring.util[order].astype(np.float64), procs,
