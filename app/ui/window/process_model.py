@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping
+from operator import itemgetter
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QColor, QGuiApplication
@@ -139,11 +140,10 @@ class ProcessTableModel(QAbstractTableModel):
         rows = sorted(self._rows, key=lambda r: r.order)
         if col < 0:
             return rows
-        known = [r for r in rows if r.raw(col) is not None]
-        unknown = [r for r in rows if r.raw(col) is None]
-        known.sort(key=lambda r: r.raw(col),
-                   reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
-        return known + unknown
+        values = [(r.raw(col), r) for r in rows]  # each row's value, read once
+        known = [v for v in values if v[0] is not None]
+        known.sort(key=itemgetter(0), reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
+        return [r for _, r in known] + [r for value, r in values if value is None]
 
     def _resort(self) -> None:
         new_rows = self._sorted_rows()

@@ -194,12 +194,21 @@ class ProcessRow(_HostCells):
     stale: str | None = None  # "disconnected since 15:04:12": the figures are the last known
     stale_tip: str | None = None
     _shown: tuple | None = field(default=None, repr=False, compare=False)
+    _signature: tuple | None = field(default=None, repr=False, compare=False)
+    #: (display_id, pid, create time): the row's identity, read many times a tick.
+    key: RowKey = field(init=False, repr=False, compare=False)
 
     def signature(self) -> tuple:
-        # As shown ("4 min 05 s", "3 h 02 min"): an hours-old process repaints once a
-        # minute, not every second.
-        return (self.proc, self.memory_total, fmt_duration(self.uptime), self.gpu_note,
+        """What tells two versions of a row apart; made once (a row is complete,
+        agent and all, before it is first compared).  The uptime as shown ("4 min
+        05 s", "3 h 02 min"): an hours-old process repaints once a minute, not
+        every second."""
+        sig = self._signature
+        if sig is None:
+            sig = self._signature = (
+                self.proc, self.memory_total, fmt_duration(self.uptime), self.gpu_note,
                 self._agent_signature(), self._server_name(), self.stale, self.stale_tip)
+        return sig
 
     def _server_name(self) -> str | None:
         s = self.server
@@ -224,9 +233,8 @@ class ProcessRow(_HostCells):
         return (*shown, p.host_status, p.name, self.gpu_note, self.memory_total,
                 self._agent_signature(), self.server is not None, self.stale, self.stale_tip)
 
-    @property
-    def key(self) -> RowKey:
-        return (self.display_id, self.proc.pid, self.proc.create_time)
+    def __post_init__(self) -> None:
+        self.key = (self.display_id, self.proc.pid, self.proc.create_time)
 
     @property
     def item_key(self) -> tuple[str, Hashable]:
