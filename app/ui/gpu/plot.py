@@ -15,8 +15,8 @@ from collections.abc import Callable, Hashable
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QGraphicsView, QSizePolicy, QWidget
+from PySide6.QtGui import QColor, QPainterPath, QPalette, QPen
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsView, QSizePolicy, QWidget
 
 from app.core.monitor.plot_data import (
     TOP_N,
@@ -86,6 +86,7 @@ class GpuPlot(pg.PlotWidget):
         self.destroyed.connect(functools.partial(self.colors.release, self.color_owner))
         self._slot_keys: list[Hashable | None] = []  # process curve slots, as drawn
         self._key_colors: dict[Hashable, QColor] = {}
+        self._pens: dict[tuple[int, int, Style], QPen] = {}  # (rgba, width, style) -> pen
         self._palette = self.palette()
         self._hover_x: float | None = None
         self.setMinimumHeight(180)
@@ -97,9 +98,12 @@ class GpuPlot(pg.PlotWidget):
         item.setMenuEnabled(False)
         item.hideButtons()
         item.setMouseEnabled(x=False, y=False)
-        # Grid: a few InfiniteLines at the major ticks.  (The axes' own grid is painted
-        # through a scaled QPicture and costs ~10x more per frame.)
-        self._grid_lines: dict[int, list[pg.InfiniteLine]] = {0: [], 90: []}
+        # Grid: one path of lines at the major ticks, painted by Qt without a call
+        # into Python.  (The axes' own grid is painted through a scaled QPicture and
+        # costs ~10x more per frame; an item per line, a Python paint each.)
+        self._grid = QGraphicsPathItem()
+        self._grid.setZValue(-10)
+        item.addItem(self._grid, ignoreBounds=True)
         item.getViewBox().sigRangeChanged.connect(self.update_grid)
         item.getViewBox().sigResized.connect(self.update_grid)
         item.getViewBox().setDefaultPadding(0.0)
@@ -162,25 +166,20 @@ class GpuPlot(pg.PlotWidget):
     def update_grid(self, *args) -> None:
         vb = self.getPlotItem().getViewBox()
         (x0, x1), (y0, y1) = vb.viewRange()
-        pen = pg.mkPen(_with_alpha(pal.faint(self.palette()), 255), width=1)
-        for angle, axis, lo, hi, size in ((90, self.time_axis, x0, x1, vb.width()),
-                                          (0, self.value_axis, y0, y1, vb.height())):
+        path = QPainterPath()
+        for vertical, axis, lo, hi, size in ((True, self.time_axis, x0, x1, vb.width()),
+                                             (False, self.value_axis, y0, y1, vb.height())):
             if size <= 0:
                 continue
             levels = axis.tickValues(lo, hi, size)
-            values = [v for v in (levels[0][1] if levels else []) if lo < v < hi]
-            pool = self._grid_lines[angle]
-            while len(pool) < len(values):
-                line = pg.InfiniteLine(angle=angle, movable=False)
-                line.setZValue(-10)
-                self.getPlotItem().addItem(line, ignoreBounds=True)
-                pool.append(line)
-            for line, v in zip(pool, values):
-                line.setPen(pen)
-                line.setPos(v)
-                line.show()
-            for line in pool[len(values):]:
-                line.hide()
+            for v in (levels[0][1] if levels else []):
+                if lo < v < hi:
+                    path.moveTo(v, y0) if vertical else path.moveTo(x0, v)
+                    path.lineTo(v, y1) if vertical else path.lineTo(x1, v)
+        pen = QPen(_with_alpha(pal.faint(self.palette()), 255), 1)
+        pen.setCosmetic(True)  # one pixel wide whatever the scale
+        self._grid.setPen(pen)
+        self._grid.setPath(path)
 
     def apply_theme(self, palette: QPalette) -> None:
         fg = pal.foreground(palette)
@@ -276,12 +275,15 @@ class GpuPlot(pg.PlotWidget):
                 *self.process_curves]
 
     def _set_curve(self, curve: pg.PlotCurveItem, x: np.ndarray, series: Series) -> None:
-        y = series.y.astype(np.float64) / GiB
+        y = np.divide(series.y, GiB, dtype=np.float64)
         finite = bool(np.isfinite(y).all())
         c = QColor(self.color_of(series))
         if series.dimmed:
             c.setAlpha(70)
-        pen = pg.mkPen(c, width=2 if series.emphasised else 1, style=_PEN_STYLES[series.style])
+        look = (c.rgba(), 2 if series.emphasised else 1, series.style)
+        pen = self._pens.get(look)
+        if pen is None:  # a handful of looks: each pen made once
+            pen = self._pens[look] = pg.mkPen(c, width=look[1], style=_PEN_STYLES[look[2]])
         curve.setZValue(10 if series.emphasised else curve.base_z)
         curve.setData(x, y, pen=pen, connect="all" if finite else "finite",
                       skipFiniteCheck=finite)

@@ -64,6 +64,16 @@ _NO_FLAGS = Qt.ItemFlag.NoItemFlags
 _ROW_FLAGS = (Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled
               | Qt.ItemFlag.ItemNeverHasChildren)
 _SHOWN_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemNeverHasChildren
+#: (section, role) -> what the header shows: its name, alignment, tooltip, first sort order.
+_HEADER = {key: value for col, name in enumerate(COLUMNS) for key, value in (
+    ((col, Qt.ItemDataRole.DisplayRole), name),
+    ((col, Qt.ItemDataRole.TextAlignmentRole), int(
+        (Qt.AlignmentFlag.AlignRight if col in NUMERIC else Qt.AlignmentFlag.AlignLeft)
+        | Qt.AlignmentFlag.AlignVCenter)),
+    ((col, Qt.ItemDataRole.ToolTipRole), COLUMN_TIPS.get(col)),
+    ((col, Qt.ItemDataRole.InitialSortOrderRole), (
+        Qt.SortOrder.DescendingOrder if col in LARGEST_FIRST
+        else Qt.SortOrder.AscendingOrder).value))}
 
 
 class ProcessTableModel(QAbstractTableModel):
@@ -168,18 +178,10 @@ class ProcessTableModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if orientation == Qt.Orientation.Horizontal:
-            if role == Qt.ItemDataRole.DisplayRole:
-                return COLUMNS[section]
-            if role == Qt.ItemDataRole.TextAlignmentRole:
-                return int((Qt.AlignmentFlag.AlignRight if section in NUMERIC
-                            else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter)
-            if role == Qt.ItemDataRole.ToolTipRole:
-                return COLUMN_TIPS.get(section)
-            if role == Qt.ItemDataRole.InitialSortOrderRole:
-                return (Qt.SortOrder.DescendingOrder if section in LARGEST_FIRST
-                        else Qt.SortOrder.AscendingOrder).value
-        return None
+        # Asked a dozen roles a section at every header paint: the answers are made once.
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        return _HEADER.get((section, role))
 
     def flags(self, index: QModelIndex) -> Qt.ItemFlag:
         # Asked for every painted cell: the two answers are made once.

@@ -1,6 +1,6 @@
 """ProcessTable: rendering of unknown values and host statuses, numeric sorting, the
 container column and the per-GPU unattributed row; rows that hold still under the
-pointer, the colour swatches, the row menu and the narrow-table columns."""
+pointer, the colour swatches, the row menu and a narrow table scrolling sideways."""
 
 from __future__ import annotations
 
