@@ -298,7 +298,7 @@ class MainWindow(ActionViews, ActivityViews, UnseenViews, QMainWindow):
         self._take_events(snapshot)
         self._show_measured_models()
         self._on_diagnoses(snapshot)
-        if not self._behind and self.details is not None and self.details.isVisible():
+        if self.details is not None and self.details.isVisible():  # a window of its own
             self._update_details(snapshot)  # with its host's busy set
 
     def _show_views(self, snapshot: Snapshot) -> None:

@@ -23,7 +23,6 @@ class UnseenViews:
     see it, and the catch-up."""
 
     _latest: Snapshot | None
-    details: Any
     table: Any
 
     #: True in the app: nothing is drawn while the window is hidden or minimised.
@@ -52,10 +51,7 @@ class UnseenViews:
             return
         if self._behind:
             self._behind = False
-            self._show_views(latest)
-            details = self.details
-            if details is not None and details.isVisible():
-                self._update_details(latest)
+            self._show_views(latest)  # (the detail view, a window of its own, kept up)
             self.refresh(force=True)
         elif self._table_behind and not self.table_unseen():
             self._table_behind = False

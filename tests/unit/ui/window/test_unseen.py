@@ -181,3 +181,18 @@ def test_a_panel_the_overview_hides_takes_its_figures_when_shown(window, feed, q
     assert panel.isVisible()
     assert panel.memory_text().startswith(fmt_bytes(gpu.memory_used))
     assert panel.plot_inputs().memory_used == gpu.memory_used  # its plot draws the latest
+
+
+def test_an_open_detail_view_keeps_following_while_the_window_is_in_the_tray(window, feed,
+                                                                             qtbot):
+    window.show()
+    qtbot.waitExposed(window)
+    feed.step(window.on_snapshot, seconds=2)
+    pid = next(iter(feed.last.agents))  # a process with an agent: it has details
+    view = window.open_details(pid)
+    qtbot.waitExposed(view)
+    window.hide()  # closed to the tray; the detail view is a window of its own
+    assert window.unseen() and view.isVisible()
+    feed.step(window.on_snapshot, seconds=3)
+    assert view.report is feed.last.agents[pid]
+    assert window.table.model().rowCount() and table_rows(window) != latest_rows(feed.last)
