@@ -88,13 +88,17 @@ class GpuTile(QWidget):
         else:
             memory = "lost" if gpu.state is DeviceState.LOST else "error"
             util = ""
-        changed = (name, memory, util, gpu.memory_fraction, gpu.state) != (
-            self.name, self.memory_text, self.util_text, self.fraction, self.state)
+        whole = (name, gpu.state, pal.level_for(gpu.memory_fraction)) != (
+            self.name, self.state, pal.level_for(self.fraction))
+        texts = (memory, util) != (self.memory_text, self.util_text)
         self.name, self.memory_text, self.util_text = name, memory, util
         self.fraction, self.state = gpu.memory_fraction, gpu.state
-        if changed:
+        if whole or texts:
             self._tip()
+        if whole:
             self.update()
+        elif texts:  # the figures' line only: the mini history is as it was
+            self.update(self._figures_rect().toAlignedRect())
 
     def set_stale(self, text: str | None) -> None:
         """Greyed with ``text`` ("disconnected since …") while its host is not
@@ -128,6 +132,14 @@ class GpuTile(QWidget):
         super().mousePressEvent(event)
 
     # -- painting ---------------------------------------------------------------------
+    def _figures_rect(self) -> QRectF:
+        """Where the "18.2 GiB / 24.0 GiB" and "SM 87 %" line is painted."""
+        inner = QRectF(self.rect()).adjusted(1 + _INSET_PX, 7, -1 - _INSET_PX, -7)
+        bold = QFont(self.font())
+        bold.setBold(True)
+        line_h = max(QFontMetrics(bold).height(), self.fontMetrics().height())
+        return QRectF(inner.left(), inner.top() + line_h + 1, inner.width(), line_h)
+
     def paintEvent(self, event) -> None:  # noqa: N802
         palette = self.palette()
         painter = QPainter(self)
@@ -169,10 +181,11 @@ class GpuTile(QWidget):
 
         spark = QRectF(inner.left(), figures.bottom() + 4, inner.width(),
                        max(inner.bottom() - figures.bottom() - 4, 6))
-        color = muted if self.stale_text else pal.level_color(level, palette)
-        self._paint_history(painter, spark, color, palette)
-        if self.stale_text:
-            self._paint_stale(painter, spark, palette)
+        if QRectF(event.rect()).intersects(spark):  # not for a repaint of the figures alone
+            color = muted if self.stale_text else pal.level_color(level, palette)
+            self._paint_history(painter, spark, color, palette)
+            if self.stale_text:
+                self._paint_stale(painter, spark, palette)
         painter.end()
 
     def _paint_stale(self, painter: QPainter, area: QRectF, palette) -> None:

@@ -89,3 +89,27 @@ def test_the_overview_strip_shows_every_name_whole_on_a_wide_window(qtbot):
     qtbot.waitUntil(lambda: area.arrangement == "overview")
     qtbot.waitUntil(lambda: all(t.width() >= t.sizeHint().width() for t in area.tiles.values()))
     assert all(t.shown_name() == LONG.removeprefix("NVIDIA ") for t in area.tiles.values())
+
+
+def test_new_figures_repaint_their_line_and_a_new_level_the_whole_tile(qtbot, monkeypatch):
+    import numpy as np
+
+    tile = GpuTile("0")
+    qtbot.addWidget(tile)
+    tile.resize(232, 80)
+    tile.set_sample(gpu(0, "", 10))
+    tile.set_history(np.array([-60.0, -30.0, 0.0]), np.array([9.0, 10.0, 10.0]) * 2**30,
+                     80 * 2**30, 600.0)
+    tile.show()
+    qtbot.waitExposed(tile)
+    qtbot.wait(50)  # its first whole paint
+    drawn: list[int] = []
+    paint = GpuTile._paint_history
+    monkeypatch.setattr(GpuTile, "_paint_history",
+                        lambda self, *a: (drawn.append(1), paint(self, *a)))
+    tile.set_sample(gpu(0, "", 11))  # 11.0 GiB: the same level, new figures
+    qtbot.wait(30)
+    assert tile.memory_text.startswith("11.0 GiB") and drawn == []
+    tile.set_sample(gpu(0, "", 78))  # past the warning level: the history's colour too
+    qtbot.waitUntil(lambda: bool(drawn), timeout=2000)
+    assert tile.memory_text.startswith("78.0 GiB")
