@@ -1,0 +1,1 @@
+"""Memory a run will need, before running it."""
