@@ -16,6 +16,7 @@ import pytest
 
 from app import cli
 from tests.fakes.fake_agent import FakeAgent
+from tests.unit.cli.running import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_KEYS = {"pid", "argv", "python", "torch", "torch_status", "cuda_initialized",
@@ -32,28 +33,9 @@ FREE_KEYS = {"pid", "ok", "reserved_before", "reserved_after", "freed", "error"}
 needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
 
 
-@pytest.fixture(autouse=True)
-def _private_runtime(monkeypatch, tmp_path):
-    """Children started here (which load the agent once it exists) register in a
-    private runtime dir, never the user's."""
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    monkeypatch.setenv("VRAM_STEWARD_RUNTIME_DIR", path)
-    yield
-    subprocess.run(["rm", "-rf", path], check=False)
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-@pytest.fixture
-def runtime(monkeypatch):
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    monkeypatch.setenv("VRAM_STEWARD_RUNTIME_DIR", path)
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
+# Children started here (which load the agent once it exists) register in a
+# private runtime dir, never the user's.
+pytestmark = pytest.mark.usefixtures("runtime")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from app import cli
 from app.cli import status as cli_status
 from app.core.monitor.nvml_source import NvmlSource
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, GiB, MiB
+from tests.unit.cli.running import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -21,12 +22,6 @@ GPU_KEYS = {"index", "name", "uuid", "memory_total", "memory_used", "memory_free
             "utilization_gpu", "temperature", "processes"}
 PROCESS_KEYS = {"pid", "name", "user", "command", "gpu_memory", "sm_util", "cpu_percent",
                 "host_rss"}
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture

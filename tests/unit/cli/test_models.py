@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import tempfile
 
 import pytest
 
 from app import cli
-from tests.fakes.fake_agent import FakeAgent
+from tests.unit.cli.running import run_cli
 
 NB, TRAIN = 18822, 20417  # the demo's notebook and training job
 MODEL_KEYS = {"pid", "id", "name", "class", "group", "state", "offloaded_to", "pinned", "device",
@@ -22,20 +20,6 @@ ACTION_KEYS = {"pid", "model", "ok", "error", "code", "pinned", "state", "target
                "bytes_released", "seconds", "outcome", "note", "freed_bytes"}
 
 needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
-
-
-@pytest.fixture(autouse=True)
-def runtime(monkeypatch):
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    monkeypatch.setenv("VRAM_STEWARD_RUNTIME_DIR", path)
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 # ------------------------------------------------------------------ demo
@@ -122,14 +106,6 @@ def test_pin_and_policy_demo(capsys):
 
 
 # ------------------------------------------------------------------ a fake agent
-
-
-@pytest.fixture
-def fake(runtime):
-    agent = FakeAgent(sock_dir=runtime).with_models()
-    agent.register(runtime)
-    yield agent
-    agent.close()
 
 
 @needs_unix

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import tempfile
 
 import pytest
 
 from app import cli
 from tests.fakes.recording_agent import RecordingAgent
+from tests.unit.cli.running import run_cli
 
-pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
+pytestmark = [pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX"),
+              pytest.mark.usefixtures("runtime")]
 RESULT_KEYS = {"pid", "ok", "path", "entries", "seconds", "device", "truncated", "sites",
                "error", "code"}
-
-
-@pytest.fixture(autouse=True)
-def runtime(monkeypatch):
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    monkeypatch.setenv("VRAM_STEWARD_RUNTIME_DIR", path)
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
 
 
 @pytest.fixture
@@ -31,12 +23,6 @@ def agent(runtime):
     fake.register(runtime)
     yield fake
     fake.close()
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_record_prints_the_file_and_the_top_sites(capsys, agent):

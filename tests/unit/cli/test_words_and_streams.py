@@ -9,7 +9,6 @@ import json
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,31 +17,10 @@ import pytest
 from app import cli
 from app.agent import protocol
 from tests.fakes.fake_agent import FakeAgent
+from tests.unit.cli.running import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 needs_unix = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs AF_UNIX")
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-@pytest.fixture
-def runtime(monkeypatch):
-    path = tempfile.mkdtemp(prefix="vsrt-")
-    monkeypatch.setenv("VRAM_STEWARD_RUNTIME_DIR", path)
-    yield path
-    subprocess.run(["rm", "-rf", path], check=False)
-
-
-@pytest.fixture
-def fake(runtime):
-    agent = FakeAgent(sock_dir=runtime).with_models()
-    agent.register(runtime)
-    yield agent
-    agent.close()
 
 
 def a_resident_demo_model(capsys) -> tuple[int, str]:
