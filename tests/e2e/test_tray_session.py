@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.xvfb import start_xvfb
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "e2e" / "tray_session_scenario.py"
 
@@ -29,25 +31,19 @@ for tool in ("Xvfb", "dbus-run-session"):
 
 @pytest.fixture(scope="module")
 def display():
-    read, write = os.pipe()
-    server = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x1024x24",
-                               "-nolisten", "tcp"], pass_fds=(write,),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        number = pipe.readline().strip()
-    if not number:
-        server.kill()
+    started = start_xvfb("1280x1024")
+    if started is None:
         pytest.skip("Xvfb did not start")
+    server, display = started
     probe = subprocess.run(
         [sys.executable, "-c", "from PySide6.QtWidgets import QApplication; QApplication([])"],
-        env=dict(os.environ, DISPLAY=f":{number}", QT_QPA_PLATFORM="xcb"),
+        env=dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb"),
         capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
         server.kill()
         pytest.skip("Qt's xcb plugin does not load (Debian: libxcb-cursor0): "
                     + probe.stderr.strip().splitlines()[-1][:200])
-    yield f":{number}"
+    yield display
     server.terminate()
     server.wait(timeout=10)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import nvml_abi
+from tests.fakes.xvfb import start_xvfb
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("Xvfb", "openbox", "trayer", "xdotool", "xprop", "wmctrl")
@@ -61,17 +62,11 @@ class Desktop:
 @pytest.fixture(params=["1366x768", "1280x800"])
 def desktop(request, tmp_path_factory) -> Iterator[Desktop]:
     width, height = (int(v) for v in request.param.split("x"))
-    read, write = os.pipe()
-    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0",
-                             f"{width}x{height}x24", "-nolisten", "tcp"], pass_fds=(write,),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        number = pipe.readline().strip()
-    if not number:
-        xvfb.kill()
+    started = start_xvfb(request.param)
+    if started is None:
         pytest.skip("Xvfb did not start")
-    desk = Desktop(f":{number}", width, height)
+    xvfb, display = started
+    desk = Desktop(display, width, height)
     env = desk.env()
     env["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=/nonexistent"  # the tray is trayer's (XEmbed)
     parts: list[subprocess.Popen] = []
