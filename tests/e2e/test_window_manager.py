@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import nvml_abi
+from tests.fakes.processes import wait_for
 from tests.fakes.xvfb import start_xvfb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,17 +117,6 @@ def _wm_up(desk: Desktop) -> bool:
                                                        "_NET_SUPPORTING_WM_CHECK")
 
 
-def _until(what: str, probe, timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 @dataclass
 class Frame:
     """The window as the window manager framed it (root coordinates)."""
@@ -160,7 +150,7 @@ class App:
         self.proc = subprocess.Popen([sys.executable, "main.py", "--period", "0.25"], cwd=ROOT,
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
-        self.window = _until("the app's window", self._find, 60).split()[0]
+        self.window = wait_for("the app's window", self._find, 60, 0.1).split()[0]
 
     def _find(self) -> str:
         if self.proc.poll() is not None:
@@ -192,7 +182,7 @@ class App:
             last[0] = now
             return now if same else None
 
-        return _until("the window to settle", steady, 20)
+        return wait_for("the window to settle", steady, 20, 0.1)
 
     def mapped(self) -> bool:
         return "IsViewable" in self.desk.x("xwininfo", "-id", self.window)
@@ -235,7 +225,7 @@ def test_the_window_fits_the_screen_hides_to_the_tray_and_one_signal_ends_it(
 
         # Closing the window with a tray keeps the app in the tray.
         desktop.x("wmctrl", "-i", "-c", app.window)
-        _until("the window to hide", lambda: not app.mapped(), 10)
+        wait_for("the window to hide", lambda: not app.mapped(), 10, 0.1)
         time.sleep(1.0)
         assert app.proc.poll() is None, "closing with a tray ended the app"
 
