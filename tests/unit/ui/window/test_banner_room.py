@@ -18,12 +18,17 @@ def _on_window(window: MainWindow, widget) -> QRect:
     return QRect(widget.mapTo(window, QPoint(0, 0)), widget.size())
 
 
-def test_banners_push_the_table_down_and_the_window_still_fits_a_laptop(qapp, qtbot):
+def _shown_window(qtbot, width: int, height: int) -> MainWindow:
     window = MainWindow(History(HistoryConfig()), settings=UiSettings())
     qtbot.addWidget(window)
-    window.resize(1366, 768)
+    window.resize(width, height)
     window.show()
     qtbot.waitExposed(window)
+    return window
+
+
+def test_banners_push_the_table_down_and_the_window_still_fits_a_laptop(qapp, qtbot):
+    window = _shown_window(qtbot, 1366, 768)
     table_before = _on_window(window, window.table.viewport())
     window.hint_banner.show_message("No system tray on this desktop", LONG, kind="info")
     window.folder_banner.show_message("A folder is not private", "/run/user/1000 is not "
@@ -43,11 +48,7 @@ def test_banners_push_the_table_down_and_the_window_still_fits_a_laptop(qapp, qt
 
 
 def test_a_long_result_in_the_status_bar_is_elided_never_over_its_neighbours(qapp, qtbot):
-    window = MainWindow(History(HistoryConfig()), settings=UiSettings())
-    qtbot.addWidget(window)
-    window.resize(1024, 640)
-    window.show()
-    qtbot.waitExposed(window)
+    window = _shown_window(qtbot, 1024, 640)
     window.period_label.setText("Sampling every 250 ms")
     long = "Auto-unload: GPU 0: unloaded 2 of 2 (pipe.text_encoder (235 MiB), " * 3
     window.action_label.setText(long)
