@@ -11,10 +11,10 @@ the reason in the cell's tooltip; nothing is made up.
 
 from __future__ import annotations
 
-import getpass
 import os
 
 from app.core.agents.types import AgentReport
+from app.core.control.terminate import current_user
 from app.core.monitor.hosts import qualified_id
 from app.core.monitor.samples import ProcessSample
 from app.ui.window.process_rows import ProcessRow
@@ -26,13 +26,6 @@ NO_DRIVER_NOTE = ("The NVIDIA driver cannot be read, so what this process holds 
                   "is unknown; its agent's PyTorch figures are under Cache and in Details")
 #: After every GPU's index in the GPU column's sort.
 _AFTER_GPUS = 1 << 20
-
-
-def _own_user() -> str | None:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry and no $USER: unknown
-        return None
 
 
 def _sample(report: AgentReport, user: str | None) -> ProcessSample:
@@ -49,7 +42,7 @@ def agent_only_rows(agents: dict[int, AgentReport], listed: set[int], rank: int,
     ``host`` (ranked ``rank``); ``user``: whose agents they are (an agent
     answers only its own user; None: this machine's user)."""
     if user is None and not host:
-        user = _own_user()
+        user = current_user()  # as the driver's rows spell their owners
     rows: list[ProcessRow] = []
     for pid, report in sorted(agents.items()):
         if pid in listed:
