@@ -52,6 +52,7 @@ from app.ui.window.status_text import StatusText
 from app.ui.window.texts import (
     folder_notice_title,
     median_period,
+    reaches,
     span_text,
     status_texts,
     summary_texts,
@@ -286,12 +287,12 @@ class MainWindow(ActionViews, ActivityViews, UnseenViews, QMainWindow):
         self.history.add(snapshot)
         self._latest = snapshot
         self._dirty = True
-        if snapshot.gpus or snapshot.hosts or snapshot.agents:
+        if reaches(snapshot):
             self._arrivals.append(snapshot.monotonic)
         self._behind = self.unseen()
         if not self._behind:
             self._show_views(snapshot)
-        if bool(snapshot.error) and not (snapshot.gpus or snapshot.hosts or snapshot.agents):
+        if snapshot.error and not reaches(snapshot):
             self._take_events(snapshot)  # the last ones the agents or the policy sent
             return
         self._measure(snapshot)  # the controller measures finished actions
@@ -304,14 +305,13 @@ class MainWindow(ActionViews, ActivityViews, UnseenViews, QMainWindow):
     def _show_views(self, snapshot: Snapshot) -> None:
         """The snapshot's state in the status bar, the page, the GPUs and the table."""
         self._update_status(snapshot)
-        local_down = bool(snapshot.error) and not snapshot.gpus
-        if local_down and not (snapshot.hosts or snapshot.agents):
+        if snapshot.error and not reaches(snapshot):
             self.no_driver_view.set_reason(snapshot.error)
             self.stack.setCurrentWidget(self.no_driver_view)
             return
         # Remote hosts' GPUs and this machine's agents fill the page; the driver's
         # problem is one line above them.
-        self.local_problem.show_problem(snapshot.error if local_down else None)
+        self.local_problem.show_problem(None if snapshot.gpus else snapshot.error)
         self.stack.setCurrentWidget(self.monitor_page)
         # Only agents (no driver, no hosts): no GPU to draw, the table takes the room.
         self.gpu_area.setVisible(bool(snapshot.gpus or snapshot.hosts))

@@ -21,6 +21,12 @@ def source_text(snapshot: Snapshot) -> str:
     return snapshot.source
 
 
+def reaches(snapshot: Snapshot) -> bool:
+    """Whether the window has anything to show beside an error: this machine's
+    GPUs, a remote host, or an agent (agents answer without the driver)."""
+    return bool(snapshot.gpus or snapshot.hosts or snapshot.agents)
+
+
 def summary_texts(snapshot: Snapshot) -> tuple[str, str]:
     """The header's "2 GPUs · 7 processes · 30.1 of 48.0 GiB in use" and the
     process tab's "7 on 2 GPUs".  With remote hosts: "3 hosts · 7 GPUs · …",
