@@ -65,3 +65,4 @@ _.log_message
 _.do_GET
 _.do_POST
 _.close_connection
+_._update_peak_stats  # MemTracker calls it on every op (app/core/estimate/trace.py)

@@ -25,8 +25,9 @@ DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "float8": 1.0, "
                "int4": 0.5}
 #: The context lengths people pick, for a table.
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
-#: Layouts whose parameters :func:`shape_from_hf_config` counts exactly.
-_GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral"}
+#: Layouts whose parameters :func:`shape_from_hf_config` counts exactly: those whose MLP
+#: has three projections (gate, up, down), and the plain ones.
+GATED_MLP = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral"}
 _PLAIN = {"gpt2", "gpt_neox", "gptj", "opt", "falcon"}
 
 
@@ -93,7 +94,7 @@ def shape_from_hf_config(config: Mapping[str, Any]) -> LlmShape:
 
     q_out, kv_out = heads * head_dim, kv_heads * head_dim
     attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
-    gated = kind in _GATED
+    gated = kind in GATED_MLP
     mlp = (3 if gated else 2) * hidden * intermediate
     per_layer = attention + mlp + 2 * hidden  # two norms' weights
     biases = 0
