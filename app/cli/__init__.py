@@ -1,6 +1,7 @@
 """Command line: the GUI (default), ``status``, the offscreen screenshot, the
-agent commands (``run``, ``agent-path``, ``agents``, ``free-cache``) and the
-model manager (``models``, ``unload``, ``reload``, ``pin``, ``policy``).
+agent commands (``run``, ``agent-path``, ``agents``, ``free-cache``), the
+model manager (``models``, ``unload``, ``reload``, ``pin``, ``policy``) and
+``estimate`` (will a run fit?).
 
 One module per command group: :mod:`~app.cli.status`, :mod:`~app.cli.run`
 (run, agent-path), :mod:`~app.cli.agents` (agents, free-cache),
@@ -23,6 +24,7 @@ from app.cli import (
     agent_env,
     agents,
     doctor,
+    estimate,
     gui,
     history,
     models,
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.register(sub, common)
     serve.register(sub, common)
     servers.register(sub, common)
+    estimate.register(sub, common)
     for name in REMOTE_COMMANDS:
         add_remote_options(sub.choices[name])
     return parser

@@ -164,6 +164,7 @@ class DoctorView(QWidget):
     record_requested = Signal(int, str)  # (pid, host): its detail view at "Record allocations"
     open_report = Signal(object)  # an OomReport to show
     count_changed = Signal(int)  # findings of severity warning or critical
+    fit_requested = Signal()  # "Will it fit?…": the memory a run needs, before it runs
 
     def __init__(self, parent: QWidget | None = None, past: PastReports | None = None) -> None:
         super().__init__(parent)
@@ -232,7 +233,19 @@ class DoctorView(QWidget):
         self.past_note.setObjectName("secondary")
         self.past_note.setWordWrap(True)
         slay.addWidget(self.past_note)
-        lay.addWidget(self.scroll, 3)
+        cards = QVBoxLayout()
+        cards.setSpacing(4)
+        chead = QHBoxLayout()
+        chead.addStretch(1)
+        self.fit_button = QPushButton("Will it fit?…", self)
+        self.fit_button.setObjectName("fitButton")
+        self.fit_button.setToolTip("Estimate the memory a run needs before running it, "
+                                   "against what a GPU has free now")
+        self.fit_button.clicked.connect(self.fit_requested)
+        chead.addWidget(self.fit_button)
+        cards.addLayout(chead)
+        cards.addWidget(self.scroll, 1)
+        lay.addLayout(cards, 3)
         lay.addWidget(side, 1)
 
         self.past = past if past is not None else PastReports(parent=self)

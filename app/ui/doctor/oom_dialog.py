@@ -1,8 +1,9 @@
 """An OOM report, opened: what happened in plain sentences, who held the GPU's
 memory at that instant (a bar and a table, in the processes' own colours),
-the request against what was free and the largest free block, and the fixes
-ranked by what they would give.  Non-modal; "Copy report as JSON" copies the
-stored form (``OomReport.to_json``).
+the request against what was free and the largest free block, the batch that
+would have fitted (``batch_section``), and the fixes ranked by what they would
+give.  Non-modal; "Copy report as JSON" copies the stored form
+(``OomReport.to_json``).
 
 The title and the buttons stay put; the body scrolls, so on a small screen no
 fix is ever cut off.  It opens as tall as its contents, up to most of the screen.  A remote host's
@@ -33,6 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.core.monitor.samples import Snapshot
 from app.core.units import NA, fmt_bytes, fmt_duration
+from app.ui.doctor.batch_section import BatchSection
 from app.ui.doctor.fixes import FixList
 from app.ui.doctor.texts import verdict_text
 from app.ui.style import palette as pal
@@ -254,6 +256,10 @@ class OomDialog(QDialog):
         for col in (HCOL_PID, HCOL_GPU, HCOL_LIVE, HCOL_CACHE):
             self.holders.headerItem().setTextAlignment(col, right)
         body.addWidget(self.holders)
+
+        self.batch = BatchSection(report, self.body)  # its estimate runs in a child process
+        body.addSpacing(4)
+        body.addWidget(self.batch)
 
         fhead = QLabel("Fixes, best first", self.body)
         fhead.setFont(bf)

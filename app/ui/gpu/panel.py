@@ -18,11 +18,13 @@ from collections.abc import Hashable, Iterable, Mapping
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QContextMenuEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QSizePolicy,
     QStackedWidget,
     QVBoxLayout,
@@ -54,6 +56,8 @@ MIN_HEIGHT = 262  # px without the "PyTorch memory" section
 
 class GpuPanel(QFrame):
     """Everything about one GPU (or MIG device), keyed by ``display_id``."""
+
+    fit_requested = Signal(str)  # display id: "Will it fit on this GPU?…" in its menu
 
     def __init__(self, display_id: str, parent: QWidget | None = None,
                  colors: pal.ProcessColors | None = None) -> None:
@@ -196,6 +200,17 @@ class GpuPanel(QFrame):
         value.setMinimumWidth(value.fontMetrics().horizontalAdvance(sample))
         value.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         return cap, value
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802
+        self.menu().popup(event.globalPos())
+
+    def menu(self) -> QMenu:
+        """The panel's menu (right-click anywhere on it)."""
+        menu = QMenu(self)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.addAction("Will it fit on this GPU?…",
+                       lambda: self.fit_requested.emit(self.display_id))
+        return menu
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)

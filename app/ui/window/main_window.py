@@ -35,6 +35,7 @@ from app.core.monitor.plot_data import build_plot_data
 from app.core.monitor.samples import Snapshot
 from app.ui.agents.activity import ActivityLog
 from app.ui.agents.agent_views import ProcessDetailView
+from app.ui.estimate.fit_windows import FitDialogs
 from app.ui.gpu.panel import GpuPanel
 from app.ui.settings.values import UiSettings
 from app.ui.shell.controller import ControllerAdapter
@@ -61,7 +62,7 @@ from app.ui.window.top_bar import APP_TITLE, SPANS, TopBar
 from app.ui.window.unseen import UnseenViews
 
 
-class MainWindow(ActionViews, ActivityViews, UnseenViews, QMainWindow):
+class MainWindow(ActionViews, ActivityViews, FitDialogs, UnseenViews, QMainWindow):
     demo_requested = Signal()
     retry_requested = Signal()
     settings_requested = Signal()
@@ -196,6 +197,7 @@ class MainWindow(ActionViews, ActivityViews, UnseenViews, QMainWindow):
         self.lower_tabs.addTab(table_box, "Processes")
         self.lower_tabs.addTab(self.activity, "Activity")
         self._make_doctor()  # the third tab: diagnoses, fixes and OOM reports
+        self.doctor.fit_requested.connect(lambda: self.open_fit_dialog())
         self.lower_tabs.currentChanged.connect(self._on_tab_changed)
         self.lower_tabs.currentChanged.connect(lambda _i: self._catch_up())
         self._unseen_activity = 0
@@ -430,6 +432,7 @@ class MainWindow(ActionViews, ActivityViews, UnseenViews, QMainWindow):
         if self._selection and self._selection[0] == did:
             panel.highlight(self._selection[1])
         panel.agent_section.free_all_requested.connect(functools.partial(self.free_all_caches, did))
+        panel.fit_requested.connect(self.open_fit_dialog)  # "Will it fit on this GPU?…"
         # A panel's processes are its GPU's host's: their pids mean nothing elsewhere.
         panel.agent_section.details_requested.connect(
             functools.partial(self._open_panel_details, split_id(did)[0]))
