@@ -5,7 +5,8 @@ A root model and each of its composite direct parts (and the model a part
 only wraps) carry one permanent forward pre-hook (``_PreHook``, registered
 with ``prepend=True`` so it runs before the user's own pre-hooks), placed on
 the user's own thread (``placement``).  While the model is resident it records the time of the call
-(a float store).  When the model is offloaded it first brings it back (one
+(a float store) and, on the model itself (not a part), the ``Size`` of the call's first
+tensor (a reference, no copy).  When the model is offloaded it first brings it back (one
 reload however many threads call; the others wait on the guard's Condition).
 
 Each hook holds a ``Slot``; the slot's ``guard`` says which model the call
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -137,11 +139,62 @@ class _PreHook:
                 g.grad_call = now  # autograd may keep the weights for a backward
             if not slot.used:
                 slot.used = True
+            if not slot.part:
+                shape = _first_shape(module, args)
+                if shape is not None:
+                    g.shape = shape
         except ReloadFailed as exc:
             raise RuntimeError(str(exc)) from None
         except Exception:
             pass
         return None
+
+
+#: Keyword arguments that carry a model's input, looked for in this order.
+INPUT_NAMES = ("input_ids", "pixel_values", "sample", "inputs_embeds", "input_values",
+               "input_features", "x", "input")
+
+
+#: The functions of torch's ``Module`` that call forward pre-hooks.
+_CALLERS = frozenset({"_call_impl", "inner"})
+
+
+def _first_shape(module: Any, args: Any) -> Any:
+    """The ``Size`` of a call's first tensor (the first positional argument),
+    else of its first tensor keyword argument, or None.
+
+    A hook registered without ``with_kwargs`` is handed the positional
+    arguments only, so keyword ones are read from its caller's frame, torch's
+    ``Module._call_impl`` (or the ``inner`` it runs its hooks in), checked to
+    be this module's call (only for a call without positional arguments: a
+    model called as ``model(**batch)``)."""
+    if args:
+        return _plain(getattr(args[0], "shape", None))
+    frame = sys._getframe(2)
+    if frame.f_code.co_name not in _CALLERS:
+        return None
+    local = frame.f_locals
+    del frame
+    kwargs = local.get("kwargs")
+    if local.get("self") is not module or not isinstance(kwargs, dict) or not kwargs:
+        return None
+    for name in INPUT_NAMES:
+        shape = getattr(kwargs.get(name), "shape", None)
+        if isinstance(shape, tuple):
+            return _plain(shape)
+    for value in kwargs.values():
+        shape = getattr(value, "shape", None)
+        if isinstance(shape, tuple):
+            return _plain(shape)
+    return None
+
+
+def _plain(shape: Any) -> Any:
+    """``shape`` if every size is a plain int: a symbolic one (``torch.export``, dynamic
+    shapes) is never kept, so nothing of the tracer outlives the call."""
+    if isinstance(shape, tuple) and all(type(d) is int for d in shape):
+        return shape
+    return None
 
 
 def _check(fn: Any) -> bool:

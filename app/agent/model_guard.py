@@ -48,7 +48,8 @@ class ModelGuard:
 
     __slots__ = ("lock", "cond", "state", "cell", "module_ref", "model_id", "pinned", "offload",
                  "reloader", "target", "first_seen", "grad_seen", "grad_call", "waiters",
-                 "draining", "transition", "reloaded_at", "reloaded_mono", "__weakref__")
+                 "draining", "transition", "reloaded_at", "reloaded_mono", "shape",
+                 "__weakref__")
 
     def __init__(self, module: Any, model_id: str | None = None,
                  first_seen: float | None = None) -> None:
@@ -76,6 +77,8 @@ class ModelGuard:
         self.transition: Any = None
         self.reloaded_at: float | None = None  # epoch seconds of the last completed reload
         self.reloaded_mono: float | None = None  # the same, monotonic (the grace counts on it)
+        #: torch's ``Size`` of the first tensor of the model's last call (its hook keeps it)
+        self.shape: Any = None
         _ALL_GUARDS.add(self)
 
     @property

@@ -31,6 +31,7 @@ from . import figures as _fig
 from . import forks
 from . import guard as _guard
 from . import log as _log
+from . import model_config as _config
 from . import model_guard as _mg
 from . import placement as _placement
 
@@ -165,6 +166,7 @@ class ModelTracker:
         self.placement.enabled = last_used
         #: called with a guard a stopped agent made, when this tracker takes it over
         self.on_adopt: Any = None
+        self.configs = _config.ConfigCache()
         _TRACKERS.add(self)
 
     @property
@@ -412,6 +414,7 @@ class ModelTracker:
                 except Exception:
                     pass
         out = []
+        self.configs.start_report()
         for m in roots:
             try:
                 figures = self.figures(m)
@@ -429,6 +432,8 @@ class ModelTracker:
                 info["last_used"] = g.cell[0] if g is not None else None
                 info["first_seen"] = g.first_seen if g is not None else None
                 info["group"] = self._groups.get(model_id) if model_id is not None else None
+                info["config"] = self.configs.get(m)
+                info["input_shape"] = _config.shape_list(g.shape) if g is not None else None
                 if annotate is not None:
                     annotate(m, info, figures)
                 out.append(info)

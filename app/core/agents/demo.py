@@ -443,7 +443,7 @@ class DemoAgents(AgentDirectory):
                 first_seen=min(now - idle, now - (st.local - _first_seen(spec, m))),
                 idle_since=now - idle, training_evidence=m.training_evidence,
                 unload_blocker=m.unload_blocker, placeholder_bytes=0,
-                reloaded_at=ms.reloaded_at))
+                reloaded_at=ms.reloaded_at, config=m.config, input_shape=m.input_shape))
         peak_reserved = reserved if spec.match != "train.py" else max(
             reserved, int(self.source.processes[st.index].base + proc.amp) - spec.context)
         peak_extra = 512 * MiB if spec.match == "train.py" else 0  # the backward pass's peak

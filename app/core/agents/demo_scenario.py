@@ -8,6 +8,7 @@ MiniLM), so the breakdown bars look as they would for those jobs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from app.core.monitor.demo_source import MiB
 
@@ -23,6 +24,8 @@ class DemoModel:
     group: str | None = None
     use_offset_s: float = 0.0  # when, within one use of its process, it runs its forward
     unload_blocker: str | None = None  # why any unload would be refused (none in the demo)
+    config: dict[str, Any] | None = None  # what its agent reads of ``model.config``
+    input_shape: tuple[int, ...] | None = None  # its last call's first tensor
 
     @property
     def training_evidence(self) -> str | None:
@@ -54,6 +57,20 @@ class AgentSpec:
     seen_before_s: float = 0.0
 
 
+#: sentence-transformers/all-MiniLM-L6-v2's config.json, as its agent reads it from the
+#: loaded ``BertModel`` (22,713,216 parameters: the count below).
+MINILM_CONFIG: dict[str, Any] = {
+    "architectures": ["BertModel"], "attention_probs_dropout_prob": 0.1,
+    "gradient_checkpointing": False, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "hidden_size": 384, "initializer_range": 0.02, "intermediate_size": 1536,
+    "layer_norm_eps": 1e-12, "max_position_embeddings": 512, "model_type": "bert",
+    "num_attention_heads": 12, "num_hidden_layers": 6, "pad_token_id": 0,
+    "position_embedding_type": "absolute", "type_vocab_size": 2, "use_cache": True,
+    "vocab_size": 30522}
+#: Its last call, ``model(**batch)``: 2048 texts of 128 tokens, whose attention
+#: scores (2048 × 12 heads × 128 × 128 float32) are the 1.5 GiB its OOM asks for.
+MINILM_BATCH = (2048, 128)
+
 SPECS = (
     AgentSpec(  # cache saw-tooths over each 45 s period; live tensors stay put
         "train.py", 528 * MiB, int(12.5 * 1024) * MiB - 528 * MiB, 0.0,
@@ -82,6 +99,6 @@ SPECS = (
         # its leak is live tensors (outputs kept in a list): little of it is cache
         "serve_embeddings.py", 458 * MiB, 90_852_864 + 8192, 0.97,
         (DemoModel("encoder", "transformers.models.bert.modeling_bert.BertModel", 22_713_216, 4,
-                8192, training=False),),
+                8192, training=False, config=MINILM_CONFIG, input_shape=MINILM_BATCH),),
         idle_s=1.3, gc_objects=3),
 )

@@ -29,3 +29,23 @@ def str_or_none(value: Any) -> str | None:
 
 def bool_or_none(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def object_or_none(value: Any) -> dict[str, Any] | None:
+    """A JSON object with string keys (a model's config), else None."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        return None
+    return value
+
+
+def shape_or_none(value: Any) -> tuple[int, ...] | None:
+    """A tensor shape: a list of ints ≥ 0, else None."""
+    if not isinstance(value, list) or not value:
+        return None
+    dims = []
+    for item in value:
+        dim = int_or_none(item)
+        if dim is None or dim < 0:
+            return None
+        dims.append(dim)
+    return tuple(dims)

@@ -20,6 +20,8 @@ from app.core.agents.fields import (
     bool_or_none,
     float_or_none,
     int_or_none,
+    object_or_none,
+    shape_or_none,
     str_or_none,
     time_or_none,
 )
@@ -161,6 +163,11 @@ class ModelInfo:
     # Epoch seconds the model's last reload completed; None: never reloaded (or an
     # agent too old to say).  No automatic unload takes it for protocol.RELOAD_GRACE_S.
     reloaded_at: float | None = None
+    # The model's configuration (a Hugging Face config's ``to_dict()``, or a diffusers
+    # model's config with ``_class_name``) as JSON data; None: no config known.
+    config: dict[str, Any] | None = None
+    # The shape of the first tensor of the model's last call; None: no call seen.
+    input_shape: tuple[int, ...] | None = None
 
     def bytes_on(self, device: str) -> int:
         per = self.bytes_by_device.get(device, {})
@@ -207,7 +214,9 @@ class ModelInfo:
             training_evidence=_str(data.get("training_evidence")),
             unload_blocker=_str(data.get("unload_blocker")),
             placeholder_bytes=_int(data.get("placeholder_bytes")),
-            reloaded_at=time_or_none(data.get("reloaded_at")))
+            reloaded_at=time_or_none(data.get("reloaded_at")),
+            config=object_or_none(data.get("config")),
+            input_shape=shape_or_none(data.get("input_shape")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from app.core.agents.oom import OomCapture
 from app.core.agents.placement import gpu_of_device
-from app.core.agents.types import AgentReport, bare_uuid
+from app.core.agents.types import AgentReport, ModelInfo, bare_uuid
 from app.core.diagnosis.advice import EXPANDABLE
 from app.core.diagnosis.step_growth import STEP_LEAK_CAUSES
 from app.core.diagnosis.types import Fix, Holder, IdleModel, OomReport
@@ -62,6 +63,27 @@ def place(snapshot: Snapshot, capture: OomCapture, report: AgentReport | None,
     device = f"cuda:{capture.device}" if capture.device is not None else None
     display = gpu_of_device(snapshot, report, device, pid)
     return next((g for g in snapshot.gpus if g.display_id == display), None)
+
+
+def oom_model(report: AgentReport | None, capture: OomCapture) -> dict[str, Any] | None:
+    """The model the OOM's process ran, as its agent reported it (the JSON
+    ``ModelInfo.from_json`` reads): the one with a config and a last input
+    first, then one on the OOM's device, then the one used last, then the
+    largest.  None: no agent, or no model."""
+    if report is None or not report.models:
+        return None
+    device = f"cuda:{capture.device}" if capture.device is not None else None
+
+    def rank(m: ModelInfo) -> tuple[bool, bool, float, int]:
+        return (m.config is not None and m.input_shape is not None,
+                device is not None and m.bytes_on(device) > 0, m.last_used or 0.0,
+                m.param_bytes or 0)
+    m = max(report.models, key=rank)
+    return {"id": m.id, "name": m.name, "class": m.class_name, "params": m.params,
+            "param_bytes": m.param_bytes, "device": m.device, "dtype": m.dtype,
+            "training": m.training, "requires_grad": m.requires_grad,
+            "config": m.config,
+            "input_shape": list(m.input_shape) if m.input_shape is not None else None}
 
 
 def _holder(proc: ProcessSample, gpu: GpuSample, snapshot: Snapshot, oom_pid: int,
@@ -193,7 +215,8 @@ def build_report(capture: OomCapture, pid: int, snapshots: Sequence[Snapshot],
         memory_used=gpu.memory_used if gpu else None, request=request, verdict=verdict,
         explanation=tuple(lines), fixes=tuple(fixes), holders=tuple(holders),
         capture=capture.to_json(), unattributed=unattributed,
-        snapshot_age_s=round(capture.time - snap.timestamp, 3) if snap else None, demo=demo)
+        snapshot_age_s=round(capture.time - snap.timestamp, 3) if snap else None, demo=demo,
+        model=oom_model(report, capture))
 
 
 def _fixes(verdict: str, own: Holder, others: list[Holder], shortfall: int | None,

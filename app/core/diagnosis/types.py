@@ -161,6 +161,9 @@ class OomReport:
     unattributed: int | None = None  # bytes used on the GPU that no listed process held
     snapshot_age_s: float | None = None  # how far the joined snapshot was from the OOM
     demo: bool = False  # made by the demo scenario
+    # The process's model as its agent reported it (``ModelInfo``'s JSON: class, dtype,
+    # training, config, input_shape), for the batch that would have fitted; None: unknown.
+    model: dict[str, Any] | None = None
 
     @property
     def title(self) -> str:
@@ -184,7 +187,7 @@ class OomReport:
                                  "idle_s": m.idle_s} for m in h.idle_models]}
                 for h in self.holders],
             "capture": self.capture, "unattributed": self.unattributed,
-            "snapshot_age_s": self.snapshot_age_s, "demo": self.demo,
+            "snapshot_age_s": self.snapshot_age_s, "demo": self.demo, "model": self.model,
         }
 
     @classmethod
@@ -218,7 +221,8 @@ class OomReport:
                    explanation, fixes, tuple(holders),
                    capture if isinstance(capture, dict) else {},
                    _int(data.get("unattributed")), _num(data.get("snapshot_age_s")),
-                   data.get("demo") is True)
+                   data.get("demo") is True,
+                   model if isinstance(model := data.get("model"), dict) else None)
 
 
 def _is_int(value: Any) -> bool:
