@@ -239,6 +239,12 @@ def why_unmovable(t: Any) -> str | None:
     try:
         if type(t).__name__.startswith("Uninitialized"):
             return "uninitialized (lazy) parameters"
+        cls = type(t)
+        if cls.__module__.startswith("torch._subclasses"):
+            # A fake or functional tensor (torch.export, torch.compile tracing, swapped in
+            # for the weights while they run): reading ``.data`` would run an op in their
+            # mode from this thread, in the middle of the user's trace.
+            return "tensor subclasses (%s)" % cls.__name__
         if str(t.layout) != "torch.strided" or getattr(t, "is_quantized", False):
             return "sparse or quantized tensors"
         data = t.data

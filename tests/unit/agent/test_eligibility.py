@@ -125,3 +125,27 @@ def test_requires_grad_false_or_true_makes_no_difference(live):
     ia, ib = entry(live, a), entry(live, b)
     assert (ia["requires_grad"], ib["requires_grad"]) == (True, False)
     assert ia["auto_unload_blocker"] is None and ib["auto_unload_blocker"] is None
+
+
+def test_a_fake_weight_is_refused_without_running_an_op_in_its_mode():
+    """``torch.export`` swaps fake tensors in for the weights while it traces.  The agent,
+    asked about them from its own thread, must not read ``.data``: that runs ``detach``
+    in the export's fake mode from a second thread and breaks the user's trace."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from app.agent.figures import why_unmovable
+
+    mode = FakeTensorMode()
+    weight = mode.from_tensor(torch.ones(4, 4))
+    ran = []
+
+    class Watch(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ran.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Watch():
+        why = why_unmovable(weight)
+    assert why == "tensor subclasses (FakeTensor)"
+    assert ran == []
+    assert why_unmovable(nn.Parameter(torch.ones(2))) is None
