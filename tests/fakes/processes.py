@@ -29,6 +29,16 @@ def serve_url(proc: subprocess.Popen, log: Callable[[], str], timeout: float = 3
     return line.removeprefix("listening on ").strip()
 
 
+def quit_child(proc: subprocess.Popen, wait_s: float = 30.0) -> None:
+    """A test child that reads commands on stdin told ``quit``; killed if it cannot be."""
+    try:
+        proc.stdin.write("quit\n")
+        proc.stdin.flush()
+        proc.wait(wait_s)
+    except Exception:
+        proc.kill()
+
+
 def end(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 10.0) -> None:
     """``sig`` (if still running), then SIGKILL after ``wait_s``; reaped either way."""
     if proc.poll() is None:

@@ -27,6 +27,7 @@ from app.core.control.requests import FreeCache, Request, RequestError, Terminat
 from app.core.control.terminate import check
 from app.core.monitor.samples import Snapshot
 from app.ui.doctor.texts import SNIPPETS, fix_button_text, gain_text
+from app.ui.style.layouts import clear
 from app.ui.style.text import plain_label, plain_tip
 
 #: How long "Copied" shows on a Copy button.
@@ -87,12 +88,7 @@ class FixList(QWidget):
         if fixes == self.fixes:
             return
         self.fixes = fixes
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            w = item.widget() if item is not None else None
-            if w is not None:
-                w.hide()
-                w.deleteLater()
+        clear(self.grid)
         self.buttons, self.record_buttons, self.copy_buttons = [], [], []
         self.terminate_buttons = {}
         for row in range(self.grid.rowCount()):

@@ -39,6 +39,7 @@ from app.ui.doctor.fixes import FixList
 from app.ui.doctor.texts import verdict_text
 from app.ui.style import palette as pal
 from app.ui.style.hosts import gpu_text
+from app.ui.style.layouts import add_figure
 from app.ui.style.tables import Selection, flat_list
 from app.ui.style.text import plain_label, plain_tip
 
@@ -216,18 +217,8 @@ class OomDialog(QDialog):
         grid.setVerticalSpacing(2)
         self.figure_labels: dict[str, QLabel] = {}
         for col, (caption, value, tip) in enumerate(figures(report)):
-            cap = QLabel(caption, self.body)
-            cap.setObjectName("secondary")
-            val = QLabel(value, self.body)
-            vf = val.font()
-            vf.setBold(True)
-            vf.setPointSizeF(vf.pointSizeF() * 1.1)
-            val.setFont(vf)
-            for w in (cap, val):
-                w.setToolTip(tip)
-            grid.addWidget(cap, 0, col)
-            grid.addWidget(val, 1, col)
-            self.figure_labels[caption] = val
+            self.figure_labels[caption] = add_figure(grid, col, caption, value, tip,
+                                                     self.body)
         grid.setColumnStretch(len(self.figure_labels), 1)
         body.addLayout(grid)
 

@@ -24,6 +24,7 @@ from app.core.estimate.types import KINDS
 from app.core.units import fmt_bytes
 from app.ui.estimate.texts import KIND_NAMES, KIND_TIPS
 from app.ui.style import palette as pal
+from app.ui.style.layouts import clear
 
 #: Every part of the bar, in the order drawn.
 PARTS = (*KINDS, "rounding", "context")
@@ -178,12 +179,7 @@ class FitLegend(QWidget):
         self.rows: dict[str, tuple[str, str]] = {}  # part -> (name, bytes) shown
 
     def set(self, parts: list[tuple[str, int]], scales: tuple[str, ...]) -> None:
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            w = item.widget() if item is not None else None
-            if w is not None:
-                w.hide()
-                w.deleteLater()
+        clear(self.grid)
         self.rows = {}
         right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         for i, (part, size) in enumerate(parts):

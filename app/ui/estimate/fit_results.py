@@ -43,6 +43,7 @@ from app.ui.estimate.texts import (
     verdict,
 )
 from app.ui.style import palette as pal
+from app.ui.style.layouts import add_figure, bold
 from app.ui.style.tables import Selection, flat_list
 from app.ui.style.text import plain_label
 
@@ -62,15 +63,6 @@ def as_fix(f: FitFix) -> Fix:
     """A fit's fix in the Doctor's form (its controls take that)."""
     gain = f.gain_bytes if f.action in FREEING else None
     return Fix(f.action, fix_text(f.text, f.fits_after), gain, f.pid, f.model)
-
-
-def _bold(label: QLabel, scale: float = 1.0) -> QLabel:
-    f = label.font()
-    f.setBold(True)
-    if scale != 1.0:
-        f.setPointSizeF(f.pointSizeF() * scale)
-    label.setFont(f)
-    return label
 
 
 def _wrapping(label: QLabel) -> QLabel:
@@ -94,7 +86,7 @@ class FitResults(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(8)
 
-        self.verdict = _wrapping(plain_label(_bold(QLabel("", self), 1.15)))
+        self.verdict = _wrapping(plain_label(bold(QLabel("", self), 1.15)))
         self.verdict.setObjectName("fitVerdict")
         lay.addWidget(self.verdict)
         self.about = _wrapping(plain_label(QLabel("", self)))  # the model's own name
@@ -102,7 +94,7 @@ class FitResults(QWidget):
         lay.addWidget(self.about)
 
         # A lower bound says so at once; the sentences why are with the limits below.
-        self.bound = _wrapping(_bold(QLabel("", self)))
+        self.bound = _wrapping(bold(QLabel("", self)))
         self.bound.setObjectName("fitBound")
         lay.addWidget(self.bound)
 
@@ -111,14 +103,8 @@ class FitResults(QWidget):
         grid.setVerticalSpacing(0)
         self.figure_labels: dict[str, QLabel] = {}
         for col, (key, caption, tip) in enumerate((*FIGURES, *EXTRA_FIGURES)):
-            cap = QLabel(caption, self)
-            cap.setObjectName("secondary")
-            val = _bold(QLabel(NA, self), 1.1)
+            val = add_figure(grid, col, caption, NA, tip, self)
             val.setObjectName(f"fitFigure_{key}")
-            for w in (cap, val):
-                w.setToolTip(tip)
-            grid.addWidget(cap, 0, col)
-            grid.addWidget(val, 1, col)
             self.figure_labels[key] = val
         grid.setColumnStretch(len(self.figure_labels), 1)
         lay.addLayout(grid)
@@ -131,13 +117,13 @@ class FitResults(QWidget):
         self.notes.setObjectName("secondary")
         lay.addWidget(self.notes)
 
-        self.fixes_title = _bold(QLabel("What would make it fit, best first", self))
+        self.fixes_title = bold(QLabel("What would make it fit, best first", self))
         lay.addWidget(self.fixes_title)
         self.fixes = FixList(self)
         self.fixes.request.connect(self.request)
         lay.addWidget(self.fixes)
 
-        self.contexts_title = _bold(QLabel("Context lengths", self))
+        self.contexts_title = bold(QLabel("Context lengths", self))
         lay.addWidget(self.contexts_title)
         self.contexts = flat_list(self, "fitContexts", CONTEXT_COLUMNS, Selection.NoSelection)
         self.contexts.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -153,7 +139,7 @@ class FitResults(QWidget):
         llay = QVBoxLayout(self.limits)
         llay.setContentsMargins(10, 6, 10, 6)
         llay.setSpacing(2)
-        self.limits_title = _bold(QLabel("Limits", self.limits))
+        self.limits_title = bold(QLabel("Limits", self.limits))
         self.limits_title.setObjectName("fitLimitsTitle")
         _wrapping(self.limits_title)
         self.limits_text = _wrapping(plain_label(QLabel("", self.limits)))

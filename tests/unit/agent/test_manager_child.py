@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from app.agent import protocol
+from tests.fakes.processes import quit_child
 
 from .conftest import PYTHON, Client, agent_env, short_tmpdir, wait_entry, wait_line
 
@@ -71,12 +72,7 @@ def child(tmp_path_factory):
     send(info_, "touch", "TOUCHED")  # one forward each: "seen in a forward"
     yield {"proc": proc, "client": client, "cache": cache, **info}
     client.close()
-    try:
-        proc.stdin.write("quit\n")
-        proc.stdin.flush()
-        proc.wait(30)
-    except Exception:
-        proc.kill()
+    quit_child(proc)
 
 
 def send(child, cmd, prefix):

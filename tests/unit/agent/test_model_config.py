@@ -9,6 +9,7 @@ import pytest
 
 from app.agent import model_config
 from app.core.agents.types import AgentReport
+from tests.fakes.processes import quit_child
 
 from .conftest import PYTHON, Client, agent_env, short_tmpdir, wait_entry, wait_line
 
@@ -46,12 +47,7 @@ def child():
     client.call("report")  # the agent lists both models and points their hooks at them
     yield proc, client
     client.close()
-    try:
-        proc.stdin.write("quit\n")
-        proc.stdin.flush()
-        proc.wait(30)
-    except Exception:
-        proc.kill()
+    quit_child(proc)
 
 
 def _run(proc, line: str) -> None:
