@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.core.estimate.model_source import is_function
 from app.core.estimate.types import Estimate, EstimateError, StepRequest
 
 
 def is_gguf(model: str) -> bool:
     return model.lower().endswith(".gguf")
-
-
-def is_function(model: str) -> bool:
-    """``package.module:function`` rather than a path."""
-    return ":" in model and not Path(model).exists()
 
 
 def uses_formula(request: StepRequest) -> bool:
