@@ -26,7 +26,7 @@ from typing import Any
 
 from app.core.agents.types import ModelInfo
 from app.core.diagnosis.types import Holder, OomReport
-from app.core.estimate.types import DTYPES, Estimate, StepRequest
+from app.core.estimate.types import DTYPES, Estimate, EstimateError, StepRequest
 from app.core.units import fmt_bytes
 
 Reestimate = Callable[[StepRequest], Estimate]
@@ -126,12 +126,17 @@ def oom_request(report: OomReport, model: ModelInfo, model_path: str) -> StepReq
 @contextmanager
 def written_config(config: dict[str, Any]) -> Iterator[str]:
     """A private temporary folder (0700) holding ``config`` as ``config.json``
-    (0600), removed on leaving."""
+    (0600), removed on leaving.  A folder that cannot be made or written (a full
+    disk) is an :class:`EstimateError` saying so."""
     with tempfile.TemporaryDirectory(prefix="vram-steward-oom-") as folder:
-        fd = os.open(os.path.join(folder, "config.json"),
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(config, f)
+        try:
+            fd = os.open(os.path.join(folder, "config.json"),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(config, f)
+        except OSError as exc:
+            raise EstimateError(f"the model's config could not be written to {folder}: "
+                                f"{exc.strerror or exc}") from exc
         yield folder
 
 

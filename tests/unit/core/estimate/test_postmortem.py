@@ -16,8 +16,9 @@ from app.core.agents.types import AgentReport, DeviceMemory, ModelInfo
 from app.core.diagnosis.oom_report import build_report
 from app.core.diagnosis.types import OomReport
 from app.core.estimate import postmortem as pm
-from app.core.estimate.types import Estimate, StepRequest
+from app.core.estimate.types import Estimate, EstimateError, StepRequest
 from app.core.monitor.samples import GpuSample, ProcessSample, Snapshot
+from tests.fakes.full_disk import fill, free, small_disk, why_no_tmpfs
 
 MiB, GiB = 1024**2, 1024**3
 T = 50_000.0
@@ -163,3 +164,19 @@ def test_a_real_estimate_of_a_tiny_gpt2_proposes_a_smaller_batch():
     got = pm.batch_that_fits(report, pm.oom_model(report))
     assert got is not None and got.ran_batch == 8 and got.batch is not None
     assert 1 <= got.batch < 8 and got.needs_bytes <= got.room_bytes < got.ran_needs_bytes
+
+
+@pytest.mark.skipif(why_no_tmpfs() is not None, reason=why_no_tmpfs() or "")
+def test_a_full_disk_is_an_estimate_error_that_leaves_nothing(tmp_path, monkeypatch):
+    import tempfile
+
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        monkeypatch.setattr(tempfile, "tempdir", str(disk))
+        fill(disk)
+        try:
+            with pytest.raises(EstimateError, match="could not be written.*No space left"), \
+                    pm.written_config(GPT2):
+                pass
+        finally:
+            free(disk)
+        assert os.listdir(disk) == []
